@@ -1,0 +1,109 @@
+// LinearFp8 on the CPU execution provider (see docs/ops.md and cpu/blocked_gemm.h).
+#include <array>
+#include <cmath>
+#include <vector>
+
+#include "cpu/blocked_gemm.h"
+#include "cpu/cpu_types.h"
+#include "cpu/register_cpu.h"
+#include "ops/linear_fp8.h"
+
+namespace pyquant {
+
+namespace {
+
+// e4m3fn code -> float, exact.
+const std::array<float, 256>& Fp8Table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int i = 0; i < 256; ++i) t[i] = Fp8E4M3ToFloat(static_cast<uint8_t>(i));
+    return t;
+  }();
+  return table;
+}
+
+template <ONNXTensorElementDataType kType>
+class LinearFp8Cpu final : public Kernel {
+  using T = typename CpuType<kType>::type;
+
+ public:
+  explicit LinearFp8Cpu(const OrtKernelInfo* info) : attrs_(ReadLinearFp8Attrs(info)) {
+    CheckLinearFp8Constants(info, attrs_, kType);
+  }
+
+  void Compute(OrtKernelContext* ctx) override {
+    const LinearFp8Problem p = BindLinearFp8(ctx, attrs_, kType);
+    const int64_t m = p.m, k = p.k, n = p.n;
+    const T* x = static_cast<const T*>(p.x);
+
+    // 1. Quantize activations row by row (bit-exact rule of docs/ops.md); keep them as floats,
+    //    which hold every e4m3 value exactly.
+    std::vector<float> xq(static_cast<size_t>(m * k));
+    std::vector<float> s_x(static_cast<size_t>(m));
+    const auto& table = Fp8Table();
+    ParallelFor(ctx, static_cast<size_t>(m), [&](size_t row) {
+      const T* xr = x + static_cast<int64_t>(row) * k;
+      Fp8RowScale rs{1.0f / p.x_scale, p.x_scale};
+      if (!p.static_scale) {
+        float amax = 0.0f;
+        for (int64_t i = 0; i < k; ++i) amax = std::fmax(amax, std::fabs(ToFloat(xr[i])));
+        rs = DynamicFp8RowScale(amax);
+      }
+      float* out = xq.data() + static_cast<int64_t>(row) * k;
+      for (int64_t i = 0; i < k; ++i) out[i] = table[FloatToFp8E4M3Sat(ToFloat(xr[i]) * rs.inv)];
+      s_x[row] = rs.s_x;
+    });
+
+    // 2. Y = s_x * (xq · (w * s_w)^T) + bias.
+    const T* bias = static_cast<const T*>(p.bias);
+    T* y = static_cast<T*>(p.y);
+    auto decode = [&](int64_t n0, int cols, int64_t k0, int64_t kc, float* bt) {
+      for (int j = 0; j < cols; ++j) {
+        const int64_t row = n0 + j;
+        const uint8_t* w = p.w + row * k + k0;
+        const float* ws = p.w_scale + row * p.n_scale_blocks;
+        float* out = bt + j;
+        if (p.block_size == 0) {
+          const float s = ws[0];
+          for (int64_t i = 0; i < kc; ++i) out[i * kNr] = table[w[i]] * s;
+        } else {
+          for (int64_t i = 0; i < kc; ++i) out[i * kNr] = table[w[i]] * ws[(k0 + i) / p.block_size];
+        }
+      }
+      for (int j = cols; j < kNr; ++j)
+        for (int64_t i = 0; i < kc; ++i) bt[i * kNr + j] = 0.0f;
+    };
+    auto epilogue = [&](int64_t r, int64_t n0, int cols, const float* acc) {
+      T* out = y + r * n + n0;
+      const float sx = s_x[r];
+      for (int j = 0; j < cols; ++j) {
+        const float b = bias ? ToFloat(bias[n0 + j]) : 0.0f;
+        out[j] = FromFloat<T>(acc[j] * sx + b);
+      }
+    };
+    DecodeGemm(ctx, xq.data(), m, k, n, decode, epilogue);
+  }
+
+ private:
+  LinearFp8Attrs attrs_;
+};
+
+template <ONNXTensorElementDataType kType>
+OpDef MakeDef() {
+  OpDef d = LinearFp8OpDef(kType, nullptr);
+  d.input_on_cpu.clear();
+  d.create = [](const OrtKernelInfo* info, const std::string&) -> std::unique_ptr<Kernel> {
+    return std::make_unique<LinearFp8Cpu<kType>>(info);
+  };
+  return d;
+}
+
+}  // namespace
+
+void AppendLinearFp8CpuOps(std::vector<OpDef>& defs) {
+  defs.push_back(MakeDef<ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT>());
+  defs.push_back(MakeDef<ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16>());
+  defs.push_back(MakeDef<ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16>());
+}
+
+}  // namespace pyquant

@@ -1,0 +1,15 @@
+"""Names and error limits of the pyquant ONNX ops (docs/ops.md is the specification)."""
+
+from __future__ import annotations
+
+DOMAIN = "pyquant"
+OPSET_VERSION = 1
+INT4_OP = "MatMulInt4"
+FP8_OP = "LinearFp8"
+
+# |y - y_ref| <= ERROR_ATOL[op][T] * sum_k |x_k w_k| + ulp_T(y_ref); declared once per op, here
+# and in docs/ops.md. FP8 float32 is looser: Hopper's FP8 tensor cores accumulate in reduced precision.
+ERROR_ATOL = {
+    INT4_OP: {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2},
+    FP8_OP: {"float32": 2e-4, "float16": 2e-3, "bfloat16": 1.6e-2},
+}

@@ -1,0 +1,78 @@
+"""ONNX Runtime sessions with the pyquant op library registered.
+
+    sess = pyquant.ort.make_session("model.onnx", providers=("cuda", "cpu"))
+
+Providers may be given as short names ("cpu", "cuda") or ORT names / (name, options) tuples. A
+requested CUDA provider that this onnxruntime does not have falls back to CPU with a warning
+(``strict=True`` raises instead); asking for CUDA when the library was built without CUDA kernels
+raises, because ORT would silently run our nodes on the CPU with copies in between.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import onnxruntime as ort
+
+from pyquant._library import build_info, get_library_path
+
+_SHORT = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+
+
+def session_options(options: ort.SessionOptions | None = None) -> ort.SessionOptions:
+    """Returns SessionOptions (new or the given ones) with the pyquant library registered."""
+    so = options if options is not None else ort.SessionOptions()
+    path = get_library_path()
+    try:
+        so.register_custom_ops_library(path)
+    except Exception as e:  # ORT raises a bare RuntimeError/Fail
+        raise RuntimeError(
+            f"onnxruntime {ort.__version__} could not load the pyquant op library {path}: {e}. "
+            "The library needs onnxruntime >= 1.20 on the same platform it was built for; rebuild with "
+            "`pip install --force-reinstall --no-deps .`."
+        ) from e
+    return so
+
+
+def resolve_providers(providers: Sequence[Any] | str | None = None, strict: bool = False) -> list[Any]:
+    """Maps short names to ORT provider names and drops unavailable GPU providers (CPU fallback)."""
+    if providers is None:
+        providers = ("cpu",)
+    if isinstance(providers, str):
+        providers = (providers,)
+    available = set(ort.get_available_providers())
+    out: list[Any] = []
+    for p in providers:
+        name, opts = (p if isinstance(p, tuple) else (p, None))
+        name = _SHORT.get(str(name).lower(), name)
+        if name not in available:
+            msg = f"{name} is not available in this onnxruntime ({ort.__version__}: {sorted(available)})"
+            if strict:
+                raise RuntimeError(msg)
+            warnings.warn(msg + "; falling back to the next provider / CPU", stacklevel=3)
+            continue
+        if name == "CUDAExecutionProvider" and build_info().get("cuda") is False:
+            raise RuntimeError(
+                "CUDAExecutionProvider requested but the pyquant library was built without CUDA kernels "
+                "(no nvcc at build time). Rebuild with nvcc on PATH and PYQUANT_CUDA=ON."
+            )
+        out.append((name, opts) if opts else name)
+    if "CPUExecutionProvider" not in [o[0] if isinstance(o, tuple) else o for o in out]:
+        out.append("CPUExecutionProvider")
+    return out
+
+
+def make_session(
+    model: str | os.PathLike | bytes,
+    providers: Sequence[Any] | str | None = None,
+    options: ort.SessionOptions | None = None,
+    strict: bool = False,
+) -> ort.InferenceSession:
+    """An InferenceSession for `model` (path or serialized bytes) with pyquant's ops registered."""
+    so = session_options(options)
+    if isinstance(model, os.PathLike):
+        model = os.fspath(model)
+    return ort.InferenceSession(model, sess_options=so, providers=resolve_providers(providers, strict))

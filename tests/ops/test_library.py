@@ -1,0 +1,115 @@
+"""The library as a package: loading, exported symbols, shape inference, layout agreement."""
+
+import re
+import shutil
+import subprocess
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import pyquant
+from pyquant import layout
+from pyquant.ort import make_session, resolve_providers
+from pyquant.shape_inference import infer_shapes
+from tests.ops.graphs import fp8_model, int4_model
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_library_found_and_built():
+    path = Path(pyquant.get_library_path())
+    assert path.is_file()
+    info = pyquant.build_info()
+    assert info["version"] == pyquant.__version__
+    assert isinstance(info["cuda"], bool)
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="needs binutils nm")
+def test_only_registration_symbol_exported():
+    out = subprocess.run(["nm", "-D", "--defined-only", pyquant.get_library_path()], capture_output=True, text=True)
+    symbols = {line.split()[-1] for line in out.stdout.splitlines() if line.strip()}
+    assert symbols == {"RegisterCustomOps"}
+
+
+@pytest.mark.skipif(shutil.which("ldd") is None, reason="needs ldd")
+def test_library_links_neither_torch_nor_onnxruntime():
+    out = subprocess.run(["ldd", pyquant.get_library_path()], capture_output=True, text=True).stdout
+    assert "torch" not in out and "onnxruntime" not in out and "cudart.so" not in out
+
+
+def test_missing_library_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("PYQUANT_LIBRARY", "/nonexistent/libpyquant_ops.so")
+    with pytest.raises(pyquant._library.LibraryNotFoundError, match="pip install"):
+        pyquant.get_library_path()
+
+
+def test_cuda_request_falls_back_to_cpu_when_unavailable():
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this onnxruntime has CUDA")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert resolve_providers(("cuda", "cpu")) == ["CPUExecutionProvider"]
+    assert any("CUDAExecutionProvider" in str(w.message) for w in caught)
+    with pytest.raises(RuntimeError, match="not available"):
+        resolve_providers(("cuda",), strict=True)
+
+
+def test_ort_infers_symbolic_output_shapes(rng):
+    k, n, bs = 64, 24, 32
+    b, s, _ = layout.quantize_int4_rtn(rng.standard_normal((n, k)), bs)
+    model = int4_model(b, s, k, n, bs, x_shape=("batch", "seq", None))
+    model.graph.output[0].type.tensor_type.ClearField("shape")  # ORT must infer it from the library
+    sess = make_session(model.SerializeToString())
+    assert sess.get_outputs()[0].shape == ["batch", "seq", n]
+
+
+def test_onnx_shape_inference_through_chain(rng):
+    """int4 -> fp8 chain: pyquant.shape_inference fills both outputs for `onnx` users."""
+    k, n, bs = 64, 32, 32
+    b, s, _ = layout.quantize_int4_rtn(rng.standard_normal((n, k)), bs)
+    m1 = int4_model(b, s, k, n, bs, x_shape=("B", None))
+    wq, ws = layout.quantize_weight_fp8(rng.standard_normal((8, n)).astype(np.float32))
+    m2 = fp8_model(wq, ws, x_shape=("B", None))
+    g = m1.graph
+    node2 = m2.graph.node[0]
+    node2.input[0] = "Y"
+    node2.output[0] = "Z"
+    g.node.append(node2)
+    g.initializer.extend(m2.graph.initializer)
+    g.output.pop()
+    g.output.append(helper.make_tensor_value_info("Z", TensorProto.FLOAT, None))
+    inferred = infer_shapes(m1)
+    vi = {v.name: v for v in inferred.graph.value_info}
+    dims = lambda t: [d.dim_value or d.dim_param for d in t.type.tensor_type.shape.dim]  # noqa: E731
+    assert dims(vi["Y"]) == ["B", 32]
+    assert dims(inferred.graph.output[0]) == ["B", 8]
+
+
+def _header_constants() -> dict[str, int]:
+    text = (REPO / "ort_ops" / "layout" / "int4_block.h").read_text()
+    return {m[0]: float(m[1].rstrip("f")) for m in re.findall(r"constexpr \w+ (k\w+) = ([0-9.]+f?);", text)}
+
+
+def test_python_layout_mirrors_header():
+    c = _header_constants()
+    assert c["kInt4Bits"] == layout.INT4_BITS
+    assert c["kInt4CodesPerByte"] == layout.INT4_CODES_PER_BYTE
+    assert c["kInt4MinBlock"] == layout.INT4_MIN_BLOCK
+    assert c["kInt4MaxBlock"] == layout.INT4_MAX_BLOCK
+    assert c["kInt4SymmetricZeroPoint"] == layout.INT4_SYMMETRIC_ZERO_POINT
+    assert c["kFp8E4M3Max"] == layout.FP8_E4M3_MAX
+
+
+def test_pack_unpack_roundtrip(rng):
+    for k, bs in [(64, 16), (100, 32), (576, 128), (7, 256)]:
+        q = rng.integers(0, 16, size=(5, k)).astype(np.uint8)
+        b = layout.pack_int4(q, bs)
+        assert b.shape == (5, layout.n_blocks(k, bs), bs // 2)
+        np.testing.assert_array_equal(layout.unpack_int4(b, k), q)
+        zp = rng.integers(0, 16, size=(5, layout.n_blocks(k, bs))).astype(np.uint8)
+        np.testing.assert_array_equal(layout.unpack_zero_points(layout.pack_zero_points(zp), zp.shape[1]), zp)

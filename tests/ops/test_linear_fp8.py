@@ -1,0 +1,77 @@
+"""LinearFp8 on the CPU EP against the float64 reference (pyquant.reference)."""
+
+import numpy as np
+import pytest
+
+from pyquant import layout, reference
+from pyquant.ops_spec import FP8_OP
+from tests.ops.graphs import fp8_model, np_dtype, run
+
+DTYPES = ["float32", "float16", "bfloat16"]
+
+
+def _check(rng, k, n, dtype, block_size=0, x_scale=None, with_bias=False, lead=(5,), x=None):
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    wq, ws = layout.quantize_weight_fp8(w, block_size)
+    bias = rng.standard_normal(n).astype(np_dtype(dtype)) if with_bias else None
+    if x is None:
+        x = (rng.standard_normal((*lead, k)) * rng.uniform(0.01, 30, size=(*lead, 1))).astype(np_dtype(dtype))
+    model = fp8_model(wq, ws, dtype, block_size, x_scale, bias, x_shape=[f"d{i}" for i in range(x.ndim - 1)] + [None])
+    y = run(model, x)
+    y_ref, mag = reference.linear_fp8_ref(x, wq, ws, block_size, x_scale, bias)
+    reference.assert_within_limit(y, y_ref, mag, dtype, op=FP8_OP)
+    return y
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("block_size", [0, 32, 128])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_dynamic_matches_reference(rng, dtype, block_size, with_bias):
+    _check(rng, 320, 40, dtype, block_size, None, with_bias, lead=(2, 3))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_static_scale(rng, dtype):
+    _check(rng, 256, 24, dtype, 0, x_scale=0.01, with_bias=True)
+
+
+def test_static_scale_saturates(rng):
+    """Activations beyond 448 * x_scale saturate to +-448 (never NaN)."""
+    k, n = 64, 8
+    x = rng.standard_normal((4, k)).astype(np.float32) * 1e4
+    y = _check(rng, k, n, "float32", 0, x_scale=1.0, x=x)
+    assert np.isfinite(y).all()
+
+
+@pytest.mark.parametrize("k,bs", [(100, 32), (300, 128), (17, 16)])
+def test_k_not_multiple_of_block(rng, k, bs):
+    _check(rng, k, 19, "float32", bs)
+
+
+@pytest.mark.parametrize("lead", [(1,), (4,), (301,)])
+def test_rows(rng, lead):
+    _check(rng, 128, 50, "float16", 0, None, True, lead=lead)
+
+
+def test_zero_nan_inf_rows(rng):
+    k, n = 64, 6
+    x = rng.standard_normal((4, k)).astype(np.float32)
+    x[0] = 0.0  # amax 0 -> scale 1, outputs exactly bias (0)
+    x[1, 3] = np.nan  # NaN propagates to the row
+    x[2, 7] = np.inf  # infinite amax -> NaN row (docs/ops.md)
+    y = _check(rng, k, n, "float32", 0, x=x)
+    assert (y[0] == 0).all() and np.isnan(y[1]).all() and np.isnan(y[2]).all() and np.isfinite(y[3]).all()
+
+
+def test_activation_quantization_bit_exact(rng):
+    """With W = identity-like rows, Y exposes the quantized activations: they must be bit-exact."""
+    k = 32
+    w = np.eye(k, dtype=np.float32)
+    wq, ws = layout.quantize_weight_fp8(w)
+    x = (rng.standard_normal((6, k)) * 3).astype(np.float32)
+    y = run(fp8_model(wq, ws), x)
+    xq, s_x = layout.quantize_activations_fp8(x)
+    w_diag = wq.astype(np.float64).diagonal() * ws
+    recovered = y / (s_x[:, None].astype(np.float64) * w_diag[None, :])
+    # Neighbouring e4m3 values differ by >= 1/16 relative: 1e-6 agreement means the same code.
+    np.testing.assert_allclose(recovered, xq.astype(np.float64), rtol=1e-6, atol=0)

@@ -59,6 +59,10 @@ def test_cuda_request_falls_back_to_cpu_when_unavailable():
         resolve_providers(("cuda",), strict=True)
 
 
+@pytest.mark.skipif(
+    tuple(int(v) for v in __import__("onnxruntime").__version__.split(".")[:2]) < (1, 24),
+    reason="the library registers no shape function before ORT 1.24 (an ORT bug, see ort_ops/register.cc)",
+)
 def test_ort_infers_symbolic_output_shapes(rng):
     k, n, bs = 64, 24, 32
     b, s, _ = layout.quantize_int4_rtn(rng.standard_normal((n, k)), bs)

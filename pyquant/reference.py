@@ -23,11 +23,12 @@ def matmul_int4_ref(
     bias: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Returns (y float64 [..., N], magnitude sum_k |x w| [..., N]) for the error bound."""
-    w = layout.dequantize_int4(b, scales, k, block_size, zero_points)
-    assert w.shape == (n, k)
-    x64 = np.asarray(x, dtype=np.float64).reshape(-1, k)
-    y = x64 @ w.T
-    mag = np.abs(x64) @ np.abs(w).T
+    with np.errstate(invalid="ignore", over="ignore"):  # inf/NaN scales propagate as IEEE says
+        w = layout.dequantize_int4(b, scales, k, block_size, zero_points)
+        assert w.shape == (n, k)
+        x64 = np.asarray(x, dtype=np.float64).reshape(-1, k)
+        y = x64 @ w.T
+        mag = np.abs(x64) @ np.abs(w).T
     if bias is not None:
         y = y + np.asarray(bias, dtype=np.float64)
     lead = np.asarray(x).shape[:-1]

@@ -159,9 +159,7 @@ def to_fp8(x: np.ndarray) -> np.ndarray:
     return np.clip(x, -FP8_E4M3_MAX, FP8_E4M3_MAX).astype(FP8_DTYPE)
 
 
-def quantize_activations_fp8(
-    x: np.ndarray, x_scale: float | None = None
-) -> tuple[np.ndarray, np.ndarray]:
+def quantize_activations_fp8(x: np.ndarray, x_scale: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """x float [M, K] -> (xq fp8 [M, K], s_x float32 [M]) per docs/ops.md, bit-exact."""
     x = np.asarray(x, dtype=np.float32)
     m = x.shape[0]
@@ -178,9 +176,7 @@ def quantize_activations_fp8(
     return xq, s_x
 
 
-def quantize_weight_fp8(
-    w: np.ndarray, block_size: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
+def quantize_weight_fp8(w: np.ndarray, block_size: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Per-channel (block_size 0) or per-block RTN of W [N, K] -> (fp8 [N, K], scales float32)."""
     w = np.asarray(w, dtype=np.float32)
     n, k = w.shape

@@ -46,7 +46,7 @@ def resolve_providers(providers: Sequence[Any] | str | None = None, strict: bool
     available = set(ort.get_available_providers())
     out: list[Any] = []
     for p in providers:
-        name, opts = (p if isinstance(p, tuple) else (p, None))
+        name, opts = p if isinstance(p, tuple) else (p, None)
         name = _SHORT.get(str(name).lower(), name)
         if name not in available:
             msg = f"{name} is not available in this onnxruntime ({ort.__version__}: {sorted(available)})"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from pyquant import layout
-from pyquant.ops_spec import ERROR_ATOL, FP8_OP, INT4_OP
+from pyquant.ops_spec import ERROR_ATOL, INT4_OP
 
 
 def matmul_int4_ref(
@@ -75,7 +75,8 @@ def _ulp(y: np.ndarray, dtype_name: str) -> np.ndarray:
 def assert_within_limit(
     y: np.ndarray, y_ref: np.ndarray, mag: np.ndarray, dtype_name: str, op: str = INT4_OP
 ) -> None:
-    """The single error criterion (op is INT4_OP or FP8_OP) of docs/ops.md: |y - ref| <= atol(T) * sum|x w| + ulp_T(ref)."""
+    """The single error criterion of docs/ops.md (op is INT4_OP or FP8_OP):
+    |y - ref| <= atol(op, T) * sum_k |x w| + ulp_T(ref)."""
     y = np.asarray(y, dtype=np.float64)
     assert y.shape == y_ref.shape, (y.shape, y_ref.shape)
     nan_ref = np.isnan(y_ref)

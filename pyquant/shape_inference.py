@@ -33,7 +33,11 @@ def _output_n(node: onnx.NodeProto, known: dict[str, onnx.TypeProto]) -> int | N
                 return int(a.i)
         return None
     w = known.get(node.input[1]) if len(node.input) > 1 else None
-    if w is not None and len(w.tensor_type.shape.dim) == 2 and w.tensor_type.shape.dim[0].HasField("dim_value"):
+    if (
+        w is not None
+        and len(w.tensor_type.shape.dim) == 2
+        and w.tensor_type.shape.dim[0].HasField("dim_value")
+    ):
         return int(w.tensor_type.shape.dim[0].dim_value)
     return None
 

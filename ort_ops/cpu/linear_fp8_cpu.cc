@@ -57,21 +57,27 @@ class LinearFp8Cpu final : public Kernel {
     // 2. Y = s_x * (xq · (w * s_w)^T) + bias.
     const T* bias = static_cast<const T*>(p.bias);
     T* y = static_cast<T*>(p.y);
+    // Scale rows per panel chunk: one row per (block within the chunk); per-channel scales are one
+    // block as long as the chunk. Block sizes >= kKc are multiples of it, so a chunk never straddles.
+    static const uint8_t kZeroRow[kKc] = {};
+    const int64_t scale_block = p.block_size == 0 ? kKc : std::min<int64_t>(p.block_size, kKc);
     auto decode = [&](int64_t n0, int cols, int64_t k0, int64_t kc, float* bt) {
-      for (int j = 0; j < cols; ++j) {
-        const int64_t row = n0 + j;
-        const uint8_t* w = p.w + row * k + k0;
-        const float* ws = p.w_scale + row * p.n_scale_blocks;
-        float* out = bt + j;
-        if (p.block_size == 0) {
-          const float s = ws[0];
-          for (int64_t i = 0; i < kc; ++i) out[i * kNr] = table[w[i]] * s;
+      const uint8_t* rows[kNr];
+      alignas(64) float sc[kKc * kNr / 16];
+      const int64_t nblk = (kc + scale_block - 1) / scale_block;
+      for (int j = 0; j < kNr; ++j) {
+        if (j < cols) {
+          const int64_t row = n0 + j;
+          rows[j] = p.w + row * k + k0;
+          const float* ws = p.w_scale + row * p.n_scale_blocks;
+          for (int64_t b = 0; b < nblk; ++b)
+            sc[b * kNr + j] = p.block_size == 0 ? ws[0] : ws[(k0 + b * scale_block) / p.block_size];
         } else {
-          for (int64_t i = 0; i < kc; ++i) out[i * kNr] = table[w[i]] * ws[(k0 + i) / p.block_size];
+          rows[j] = kZeroRow;  // e4m3 code 0 is +0
+          for (int64_t b = 0; b < nblk; ++b) sc[b * kNr + j] = 0.0f;
         }
       }
-      for (int j = cols; j < kNr; ++j)
-        for (int64_t i = 0; i < kc; ++i) bt[i * kNr + j] = 0.0f;
+      DecodeFp8Panel(rows, table.data(), sc, scale_block, kc, bt);
     };
     auto epilogue = [&](int64_t r, int64_t n0, int cols, const float* acc) {
       T* out = y + r * n + n0;

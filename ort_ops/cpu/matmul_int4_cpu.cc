@@ -30,28 +30,32 @@ class MatMulInt4Cpu final : public Kernel {
     const T* bias = static_cast<const T*>(p.bias);
     T* y = static_cast<T*>(p.y);
 
+    // Per panel: the 16 row pointers and the chunk's scales / zero points as float columns, so the
+    // ISA-specific decoder (cpu/blocked_gemm.cc) only does the vectorizable part.
+    static const uint8_t kZeroRow[kKc] = {};
     auto decode = [&](int64_t n0, int cols, int64_t k0, int64_t kc, float* bt) {
-      for (int j = 0; j < cols; ++j) {
-        const int64_t row = n0 + j;
-        const uint8_t* codes = p.b + row * row_bytes;
-        const uint8_t* zp_row = p.zero_points ? p.zero_points + row * zp_row_bytes : nullptr;
-        // k0 is a multiple of bs (kKc is), so the chunk is whole blocks plus maybe a tail.
-        for (int64_t kb = 0; kb < kc; kb += bs) {
-          const int64_t blk = (k0 + kb) / bs;
-          const float s = ToFloat(scales[row * nb + blk]);
-          const float zp = static_cast<float>(zp_row ? Int4ZeroPointAt(zp_row, blk) : kInt4SymmetricZeroPoint);
-          const int64_t len = std::min<int64_t>(bs, kc - kb);
-          const uint8_t* blk_codes = codes + (k0 + kb) / 2;
-          float* out = bt + kb * kNr + j;
-          for (int64_t i = 0; i < len; ++i) {
-            const uint8_t byte = blk_codes[i >> 1];
-            const int q = (i & 1) ? (byte >> 4) : (byte & 0xF);
-            out[i * kNr] = (static_cast<float>(q) - zp) * s;
+      constexpr int64_t kMaxBlocks = kKc / kInt4MinBlock;
+      const uint8_t* rows[kNr];
+      alignas(64) float sc[kMaxBlocks * kNr];
+      alignas(64) float zf[kMaxBlocks * kNr];
+      const int64_t blk0 = k0 / bs;  // k0 is a multiple of bs (kKc is)
+      const int64_t nblk = (kc + bs - 1) / bs;
+      for (int j = 0; j < kNr; ++j) {
+        if (j < cols) {
+          const int64_t row = n0 + j;
+          rows[j] = p.b + row * row_bytes + k0 / 2;
+          const uint8_t* zp_row = p.zero_points ? p.zero_points + row * zp_row_bytes : nullptr;
+          for (int64_t b = 0; b < nblk; ++b) {
+            sc[b * kNr + j] = ToFloat(scales[row * nb + blk0 + b]);
+            zf[b * kNr + j] = static_cast<float>(zp_row ? Int4ZeroPointAt(zp_row, blk0 + b) : kInt4SymmetricZeroPoint);
           }
+        } else {
+          // Columns past N: zero codes, zero point and scale -> exact zeros, never stored.
+          rows[j] = kZeroRow;
+          for (int64_t b = 0; b < nblk; ++b) sc[b * kNr + j] = zf[b * kNr + j] = 0.0f;
         }
       }
-      for (int j = cols; j < kNr; ++j)
-        for (int64_t i = 0; i < kc; ++i) bt[i * kNr + j] = 0.0f;
+      DecodeInt4Panel(rows, sc, zf, bs, kc, bt);
     };
     auto epilogue = [&](int64_t r, int64_t n0, int cols, const float* acc) {
       T* out = y + r * n + n0;

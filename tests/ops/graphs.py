@@ -8,6 +8,25 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pyquant.ops_spec import DOMAIN, FP8_OP, INT4_OP
 
+
+def _ort_errors() -> tuple[type[BaseException], ...]:
+    from onnxruntime.capi import onnxruntime_pybind11_state as st
+
+    names = [
+        "Fail",
+        "InvalidArgument",
+        "RuntimeException",
+        "InvalidGraph",
+        "NotImplemented",
+        "InvalidProtobuf",
+    ]
+    return tuple(getattr(st, n) for n in names if hasattr(st, n)) + (RuntimeError,)
+
+
+# What "a clear ORT error" means in tests: one of ORT's own exception types (or the session
+# helper's RuntimeError), never a Python crash of another kind.
+ORT_ERRORS = _ort_errors()
+
 ONNX_TYPE = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
 
 
@@ -54,7 +73,10 @@ def int4_model(
 ) -> onnx.ModelProto:
     """X -> MatMulInt4 -> Y with B / scales / zero_points / bias as initializers."""
     t = ONNX_TYPE[dtype]
-    inits = [_init("B", b), _init("scales", scales.astype(np_dtype(dtype)), t if dtype == "bfloat16" else None)]
+    inits = [
+        _init("B", b),
+        _init("scales", scales.astype(np_dtype(dtype)), t if dtype == "bfloat16" else None),
+    ]
     inputs = ["X", "B", "scales"]
     if zero_points is not None:
         inits.append(_init("zero_points", zero_points))
@@ -118,7 +140,9 @@ def run_session(sess, x: np.ndarray, input_name: str = "X") -> np.ndarray:
 
     if x.dtype != ml_dtypes.bfloat16:
         return sess.run(None, {input_name: x})[0]
-    v = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(x.view(np.uint16), onnx_element_type=TensorProto.BFLOAT16)
+    v = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+        x.view(np.uint16), onnx_element_type=TensorProto.BFLOAT16
+    )
     out = sess.run_with_ort_values(None, {input_name: v})[0]
     return _bf16_to_numpy(out)
 

@@ -6,7 +6,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from pyquant import layout
-from tests.ops.graphs import fp8_model, int4_model, run
+from tests.ops.graphs import ORT_ERRORS, fp8_model, int4_model, run
 
 K, N, BS = 128, 16, 32
 
@@ -18,7 +18,7 @@ def int4_parts(rng):
 
 
 def _expect_error(model, x, *fragments):
-    with pytest.raises(Exception) as info:
+    with pytest.raises(ORT_ERRORS) as info:
         run(model, x)
     msg = str(info.value)
     for f in fragments:
@@ -67,12 +67,16 @@ def test_int4_bad_scales_shape(int4_parts):
 
 def test_int4_bad_zero_points_shape(int4_parts):
     b, s, zp = int4_parts
-    _expect_error(int4_model(b, s, K, N, BS, zero_points=zp[:, :1]), X, "input 'zero_points' must have shape [16, 2]")
+    _expect_error(
+        int4_model(b, s, K, N, BS, zero_points=zp[:, :1]), X, "input 'zero_points' must have shape [16, 2]"
+    )
 
 
 def test_int4_bad_bias_shape(int4_parts):
     b, s, _ = int4_parts
-    _expect_error(int4_model(b, s, K, N, BS, bias=np.zeros(N + 1, np.float32)), X, "input 'bias' must have shape [16]")
+    _expect_error(
+        int4_model(b, s, K, N, BS, bias=np.zeros(N + 1, np.float32)), X, "input 'bias' must have shape [16]"
+    )
 
 
 def test_int4_scales_type_mismatch(int4_parts):
@@ -82,7 +86,7 @@ def test_int4_scales_type_mismatch(int4_parts):
     for init in model.graph.initializer:
         if init.name == "scales":
             init.CopyFrom(onnx.numpy_helper.from_array(s.astype(np.float16), "scales"))
-    with pytest.raises(Exception, match="(?i)type|kernel|scales"):
+    with pytest.raises(ORT_ERRORS, match="(?i)type|kernel|scales"):
         run(model, X)
 
 
@@ -90,7 +94,7 @@ def test_int4_x_wrong_dtype(int4_parts):
     b, s, _ = int4_parts
     model = int4_model(b, s, K, N, BS)
     model.graph.input[0].type.tensor_type.elem_type = TensorProto.DOUBLE
-    with pytest.raises(Exception):
+    with pytest.raises(ORT_ERRORS):
         run(model, X.astype(np.float64))
 
 
@@ -112,7 +116,7 @@ def test_int4_weights_as_runtime_inputs_are_validated(int4_parts):
     from pyquant.ort import make_session
 
     sess = make_session(model.SerializeToString())
-    with pytest.raises(Exception, match="input 'B' must have shape"):
+    with pytest.raises(ORT_ERRORS, match="input 'B' must have shape"):
         sess.run(None, {"X": X, "B": b[:, :2].copy()})
     y = sess.run(None, {"X": X, "B": b})[0]
     assert y.shape == (2, N)
@@ -160,5 +164,5 @@ def test_fp8_weight_wrong_type(fp8_parts):
     for init in model.graph.initializer:
         if init.name == "W":
             init.CopyFrom(onnx.numpy_helper.from_array(wq.view(np.uint8), "W"))
-    with pytest.raises(Exception, match="(?i)type|kernel|W"):
+    with pytest.raises(ORT_ERRORS, match="(?i)type|kernel|W"):
         run(model, X)

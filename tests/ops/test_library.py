@@ -29,7 +29,9 @@ def test_library_found_and_built():
 
 @pytest.mark.skipif(shutil.which("nm") is None, reason="needs binutils nm")
 def test_only_registration_symbol_exported():
-    out = subprocess.run(["nm", "-D", "--defined-only", pyquant.get_library_path()], capture_output=True, text=True)
+    out = subprocess.run(
+        ["nm", "-D", "--defined-only", pyquant.get_library_path()], capture_output=True, text=True
+    )
     symbols = {line.split()[-1] for line in out.stdout.splitlines() if line.strip()}
     assert symbols == {"RegisterCustomOps"}
 

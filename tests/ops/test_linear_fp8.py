@@ -16,7 +16,9 @@ def _check(rng, k, n, dtype, block_size=0, x_scale=None, with_bias=False, lead=(
     bias = rng.standard_normal(n).astype(np_dtype(dtype)) if with_bias else None
     if x is None:
         x = (rng.standard_normal((*lead, k)) * rng.uniform(0.01, 30, size=(*lead, 1))).astype(np_dtype(dtype))
-    model = fp8_model(wq, ws, dtype, block_size, x_scale, bias, x_shape=[f"d{i}" for i in range(x.ndim - 1)] + [None])
+    model = fp8_model(
+        wq, ws, dtype, block_size, x_scale, bias, x_shape=[f"d{i}" for i in range(x.ndim - 1)] + [None]
+    )
     y = run(model, x)
     y_ref, mag = reference.linear_fp8_ref(x, wq, ws, block_size, x_scale, bias)
     reference.assert_within_limit(y, y_ref, mag, dtype, op=FP8_OP)

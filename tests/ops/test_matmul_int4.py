@@ -19,7 +19,9 @@ def _case(rng, k, n, bs, dtype, symmetric, with_bias, lead=(7,)):
     s = s.astype(np_dtype(dtype))
     bias = rng.standard_normal(n).astype(np_dtype(dtype)) if with_bias else None
     x = rng.standard_normal((*lead, k)).astype(np_dtype(dtype))
-    model = int4_model(b, s, k, n, bs, dtype=dtype, zero_points=zp, bias=bias, x_shape=[f"d{i}" for i in lead] + [None])
+    model = int4_model(
+        b, s, k, n, bs, dtype=dtype, zero_points=zp, bias=bias, x_shape=[f"d{i}" for i in lead] + [None]
+    )
     y = run(model, x)
     y_ref, mag = reference.matmul_int4_ref(x, b, s, k, n, bs, zp, bias)
     reference.assert_within_limit(y, y_ref, mag, dtype)

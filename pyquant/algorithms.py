@@ -1,0 +1,136 @@
+"""Weight-quantization algorithms: a registry of functions (weight, config, stats) -> packed tensors.
+
+Only round-to-nearest ("rtn") ships now. A better algorithm (GPTQ, AWQ, ...) plugs in with
+
+    @register_weight_quantizer("int4", "gptq", needs={"hessian"})
+    def gptq(weight, config, stats): ...   # returns Int4Packed in the op layout
+
+and is selected per layer with ``Int4Config(algorithm="gptq")``. ``needs`` tells the pass which
+calibration statistics to collect (see ``CalibrationStats``); calibration data must then be given
+to ``pyquant.quantize``. The packed result is checked against the op layout by the pass, so an
+algorithm cannot silently produce a tensor the ONNX op would reject.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from pyquant import layout
+from pyquant.config import Fp8Config, Int4Config
+
+__all__ = [
+    "Int4Packed",
+    "Fp8Packed",
+    "CalibrationStats",
+    "STAT_KINDS",
+    "register_weight_quantizer",
+    "get_weight_quantizer",
+    "registered_algorithms",
+]
+
+# What the calibration pass can collect per layer (on the layer's input activations):
+#   "amax"     max |x| over all calibration tokens (static FP8 activation scale)
+#   "abs_mean" mean |x| per input channel [K] (activation-aware methods such as AWQ)
+#   "hessian"  sum x x^T over tokens [K, K] float32 (second-order methods such as GPTQ)
+STAT_KINDS = frozenset({"amax", "abs_mean", "hessian"})
+
+
+@dataclass
+class CalibrationStats:
+    n_tokens: int = 0
+    amax: float | None = None
+    abs_mean: torch.Tensor | None = None
+    hessian: torch.Tensor | None = None
+
+
+@dataclass
+class Int4Packed:
+    """Exactly the MatMulInt4 inputs: qweight uint8 [N, n_blocks, bs/2], scales float32 [N, n_blocks]
+    (cast to the activation dtype by the module), zero_points uint8 [N, ceil(n_blocks/2)] or None."""
+
+    qweight: torch.Tensor
+    scales: torch.Tensor
+    zero_points: torch.Tensor | None = None
+
+
+@dataclass
+class Fp8Packed:
+    """Exactly the LinearFp8 weight inputs: weight float8_e4m3fn [N, K], w_scale float32 [N] or [N, nb]."""
+
+    weight: torch.Tensor
+    w_scale: torch.Tensor
+
+
+WeightQuantizer = Callable[[torch.Tensor, "Int4Config | Fp8Config", "CalibrationStats | None"], object]
+
+
+@dataclass
+class _Entry:
+    fn: WeightQuantizer
+    needs: frozenset[str] = field(default_factory=frozenset)
+
+
+_REGISTRY: dict[tuple[str, str], _Entry] = {}
+
+
+def register_weight_quantizer(
+    scheme: str, name: str, *, needs: Iterable[str] = ()
+) -> Callable[[WeightQuantizer], WeightQuantizer]:
+    """Decorator registering ``fn(weight float32 [N, K], config, stats) -> Int4Packed | Fp8Packed``."""
+    if scheme not in ("int4", "fp8"):
+        raise ValueError(f"scheme must be 'int4' or 'fp8', got {scheme!r}")
+    needs = frozenset(needs)
+    if needs - STAT_KINDS:
+        raise ValueError(
+            f"unknown calibration statistics {sorted(needs - STAT_KINDS)}; known: {sorted(STAT_KINDS)}"
+        )
+
+    def deco(fn: WeightQuantizer) -> WeightQuantizer:
+        _REGISTRY[(scheme, name)] = _Entry(fn, needs)
+        return fn
+
+    return deco
+
+
+def get_weight_quantizer(scheme: str, name: str) -> tuple[WeightQuantizer, frozenset[str]]:
+    try:
+        e = _REGISTRY[(scheme, name)]
+    except KeyError:
+        known = sorted(n for s, n in _REGISTRY if s == scheme)
+        raise ValueError(f"no {scheme} weight quantizer named {name!r}; registered: {known}") from None
+    return e.fn, e.needs
+
+
+def registered_algorithms() -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for s, n in _REGISTRY:
+        out.setdefault(s, []).append(n)
+    return out
+
+
+def fp8_from_numpy(a: np.ndarray) -> torch.Tensor:
+    """ml_dtypes float8_e4m3fn array -> torch.float8_e4m3fn tensor (same bits)."""
+    return torch.from_numpy(np.ascontiguousarray(a).view(np.uint8)).view(torch.float8_e4m3fn)
+
+
+# --- round to nearest: the numpy quantizers of pyquant.layout are the documented reference ------
+
+
+@register_weight_quantizer("int4", "rtn")
+def _int4_rtn(weight: torch.Tensor, config: Int4Config, stats: CalibrationStats | None) -> Int4Packed:
+    b, scales, zp = layout.quantize_int4_rtn(
+        weight.detach().float().cpu().numpy(), config.block_size, config.symmetric
+    )
+    return Int4Packed(
+        torch.from_numpy(b), torch.from_numpy(scales), None if zp is None else torch.from_numpy(zp)
+    )
+
+
+@register_weight_quantizer("fp8", "rtn")
+def _fp8_rtn(weight: torch.Tensor, config: Fp8Config, stats: CalibrationStats | None) -> Fp8Packed:
+    w, s = layout.quantize_weight_fp8(weight.detach().float().cpu().numpy(), config.weight_block_size)
+    return Fp8Packed(fp8_from_numpy(w), torch.from_numpy(np.ascontiguousarray(s)))

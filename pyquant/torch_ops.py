@@ -1,0 +1,148 @@
+"""PyTorch reference implementations of the pyquant ONNX ops (docs/ops.md), as torch.library ops.
+
+``pyquant::matmul_int4`` and ``pyquant::linear_fp8`` take exactly the inputs and attributes of
+``pyquant::MatMulInt4`` / ``pyquant::LinearFp8`` in the same packed layouts, so
+
+* a quantized model runs in eager PyTorch with the numerics of the ORT kernels (dequantize in
+  float32, matmul in float32, bias in float32, one final rounding to the activation dtype; FP8
+  activation quantization bit-exact), and
+* ``torch.export`` sees one opaque node per layer whose inputs are the packed buffers, which
+  ``pyquant.export`` translates 1:1 into a ``pyquant`` domain ONNX node. Because the unpacking
+  happens *inside* the op, there is nothing for the exporter to constant-fold into float weights.
+
+The fake (meta) implementations only compute output shapes, for torch.export / torch.compile.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pyquant.layout import FP8_E4M3_MAX, INT4_SYMMETRIC_ZERO_POINT
+
+__all__ = [
+    "dequantize_int4",
+    "dequantize_fp8",
+    "quantize_activations_fp8",
+    "matmul_int4",
+    "linear_fp8",
+]
+
+ACTIVATION_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+FP8_DTYPE = torch.float8_e4m3fn
+
+
+def _unpack_nibbles(packed: torch.Tensor, n_rows: int, length: int) -> torch.Tensor:
+    """uint8 [n_rows, ...] (two codes a byte, low nibble first) -> int32 codes [n_rows, length]."""
+    flat = packed.reshape(n_rows, -1).to(torch.int32)
+    codes = torch.stack((flat & 0xF, flat >> 4), dim=-1).reshape(n_rows, -1)
+    return codes[:, :length]
+
+
+def dequantize_int4(
+    b: torch.Tensor,
+    scales: torch.Tensor,
+    zero_points: torch.Tensor | None,
+    k: int,
+    n: int,
+    block_size: int,
+) -> torch.Tensor:
+    """Packed MatMulInt4 weight -> float32 W [N, K]: (q - zp) * scale, formed in float32."""
+    nb = -(-k // block_size)
+    q = _unpack_nibbles(b, n, nb * block_size).reshape(n, nb, block_size)
+    if zero_points is None:
+        zp = torch.full((n, nb, 1), INT4_SYMMETRIC_ZERO_POINT, dtype=torch.int32, device=b.device)
+    else:
+        zp = _unpack_nibbles(zero_points, n, nb).reshape(n, nb, 1)
+    # (q - zp) is a small exact integer; the scale converts exactly from T to float32.
+    w = (q - zp).to(torch.float32) * scales.reshape(n, nb, 1).to(torch.float32)
+    return w.reshape(n, nb * block_size)[:, :k]
+
+
+def dequantize_fp8(w: torch.Tensor, w_scale: torch.Tensor, block_size: int) -> torch.Tensor:
+    """FP8 weight [N, K] and float32 scales -> float32 W [N, K]."""
+    n, k = w.shape
+    wf = w.to(torch.float32)
+    if block_size == 0:
+        return wf * w_scale.reshape(n, 1).to(torch.float32)
+    nb = -(-k // block_size)
+    s = w_scale.reshape(n, nb).to(torch.float32).repeat_interleave(block_size, dim=1)[:, :k]
+    return wf * s
+
+
+def quantize_activations_fp8(
+    x: torch.Tensor, x_scale: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] (any float dtype) -> (xq float8_e4m3fn [M, K], s_x float32 [M, 1]).
+
+    Bit-exact with docs/ops.md: every step is one IEEE float32 operation in the documented order
+    (inv = 448 / amax, not 1 / s_x, because the two round differently).
+    """
+    x32 = x.to(torch.float32)
+    if x_scale is not None:
+        s = x_scale.reshape(()).to(torch.float32)
+        inv = torch.reciprocal(s)
+        s_x = s.expand(x32.shape[0]).reshape(-1, 1)
+        inv = inv.expand(x32.shape[0]).reshape(-1, 1)
+    else:
+        # NaN is ignored by the row max (it still propagates through x * inv below).
+        absx = torch.where(torch.isnan(x32), torch.zeros_like(x32), x32.abs())
+        amax = absx.amax(dim=1, keepdim=True) if x32.shape[1] > 0 else x32.new_zeros(x32.shape[0], 1)
+        zero = amax == 0
+        fmax = torch.tensor(FP8_E4M3_MAX, dtype=torch.float32, device=x.device)
+        one = torch.ones((), dtype=torch.float32, device=x.device)
+        safe = torch.where(zero, one, amax)
+        inv = torch.where(zero, one, fmax / safe)  # amax = inf -> inv = 0 -> the row becomes NaN
+        s_x = torch.where(zero, one, amax / fmax)
+    # clamp keeps NaN; the cast rounds to nearest even (saturation already done by the clamp).
+    xq = torch.clamp(x32 * inv, -FP8_E4M3_MAX, FP8_E4M3_MAX).to(FP8_DTYPE)
+    return xq, s_x
+
+
+@torch.library.custom_op("pyquant::matmul_int4", mutates_args=())
+def matmul_int4(
+    x: torch.Tensor,
+    b: torch.Tensor,
+    scales: torch.Tensor,
+    zero_points: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    K: int,
+    N: int,
+    block_size: int,
+) -> torch.Tensor:
+    """Reference of ``pyquant::MatMulInt4``: Y = X @ W.T (+ bias), W block-wise 4-bit."""
+    w = dequantize_int4(b, scales, zero_points, K, N, block_size)
+    lead = x.shape[:-1]
+    y = x.reshape(-1, K).to(torch.float32) @ w.t()
+    if bias is not None:
+        y = y + bias.to(torch.float32)
+    return y.to(x.dtype).reshape(*lead, N)
+
+
+@matmul_int4.register_fake
+def _(x, b, scales, zero_points, bias, K, N, block_size):
+    return x.new_empty((*x.shape[:-1], N))
+
+
+@torch.library.custom_op("pyquant::linear_fp8", mutates_args=())
+def linear_fp8(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    w_scale: torch.Tensor,
+    x_scale: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    block_size: int,
+) -> torch.Tensor:
+    """Reference of ``pyquant::LinearFp8``: per-token (or static) FP8 activations x FP8 weights."""
+    n, k = w.shape
+    lead = x.shape[:-1]
+    xq, s_x = quantize_activations_fp8(x.reshape(-1, k), x_scale)
+    wd = dequantize_fp8(w, w_scale, block_size)
+    y = (xq.to(torch.float32) @ wd.t()) * s_x
+    if bias is not None:
+        y = y + bias.to(torch.float32)
+    return y.to(x.dtype).reshape(*lead, n)
+
+
+@linear_fp8.register_fake
+def _(x, w, w_scale, x_scale, bias, block_size):
+    return x.new_empty((*x.shape[:-1], w.shape[0]))

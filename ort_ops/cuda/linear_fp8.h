@@ -17,7 +17,12 @@ struct Fp8Workspace {
 size_t LinearFp8WorkspaceBytes(const LinearFp8Problem& p);
 
 // p.x, p.w, p.w_scale, p.bias, p.y are device pointers; p.x_scale is a host value.
+// LaunchLinearFp8: activation quantization, then the tensor-core kernel when K % 16 == 0 and
+// block_size is 0 or >= 64 (reference kernel otherwise). LaunchLinearFp8Ref: quantization + the
+// plain reference GEMM (ground truth; PYQUANT_CUDA_KERNELS=ref selects it for every node).
 template <typename T>
 cudaError_t LaunchLinearFp8(const LinearFp8Problem& p, Fp8Workspace ws, cudaStream_t stream);
+template <typename T>
+cudaError_t LaunchLinearFp8Ref(const LinearFp8Problem& p, Fp8Workspace ws, cudaStream_t stream);
 
 }  // namespace pyquant

@@ -1,10 +1,17 @@
-// LinearFp8 ORT op struct for the CUDA execution provider: validation (shared), scratch from
-// ORT's device allocator, stream, launch. x_scale arrives in host memory (input_on_cpu).
+// LinearFp8 ORT op struct for the CUDA execution provider: validation (shared), scratch for the
+// quantized activations, stream, launch. x_scale arrives in host memory (input_on_cpu).
+//
+// Scratch: a DeviceScratch (cuda_check.h) per node.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
 #include "cuda/cuda_check.h"
 #include "cuda/linear_fp8.h"
+#include "cuda/matmul_int4.h"  // CudaForceReferenceKernels
 #include "cuda/register_cuda.h"
 
 namespace pyquant {
@@ -14,34 +21,31 @@ namespace {
 template <ONNXTensorElementDataType kType, typename T>
 class LinearFp8Cuda final : public Kernel {
  public:
-  explicit LinearFp8Cuda(const OrtKernelInfo* info) : attrs_(ReadLinearFp8Attrs(info)) {
+  explicit LinearFp8Cuda(const OrtKernelInfo* info)
+      : attrs_(ReadLinearFp8Attrs(info)), force_ref_(CudaForceReferenceKernels()) {
     CheckLinearFp8Constants(info, attrs_, kType);
   }
   void Compute(OrtKernelContext* ctx) override {
     const LinearFp8Problem p = BindLinearFp8(ctx, attrs_, kType);
     if (p.m == 0) return;
+    const cudaStream_t stream = ComputeStream(ctx);
+    std::lock_guard<std::mutex> lock(mu_);
+    Fp8Workspace ws = Scratch(LinearFp8WorkspaceBytes(p), stream);
+    ThrowOnCudaError(force_ref_ ? LaunchLinearFp8Ref<T>(p, ws, stream) : LaunchLinearFp8<T>(p, ws, stream),
+                     "LinearFp8 kernel launch");
+  }
+ private:
+  Fp8Workspace Scratch(size_t bytes, cudaStream_t stream) {
     Fp8Workspace ws;
-    ws.bytes = LinearFp8WorkspaceBytes(p);
-    if (ws.bytes) {
-      // Scratch from ORT's per-run CUDA allocator: stream-ordered, freed after the run, and
-      // compatible with CUDA graph capture.
-      OrtMemoryInfo* mem = nullptr;
-      ThrowOnError(Api().CreateMemoryInfo("Cuda", OrtDeviceAllocator, CurrentDevice(), OrtMemTypeDefault, &mem));
-      OrtStatus* st = Api().KernelContext_GetScratchBuffer(ctx, mem, ws.bytes, &ws.data);
-      Api().ReleaseMemoryInfo(mem);
-      ThrowOnError(st);
-      if (ws.data == nullptr) throw OpError("could not allocate " + std::to_string(ws.bytes) + " bytes of CUDA scratch", ORT_EP_FAIL);
-    }
-    ThrowOnCudaError(LaunchLinearFp8<T>(p, ws, ComputeStream(ctx)), "LinearFp8 kernel launch");
+    ws.data = scratch_.Get(bytes, stream, "LinearFp8");
+    ws.bytes = scratch_.capacity();
+    return ws;
   }
 
- private:
-  static int CurrentDevice() {
-    int dev = 0;
-    ThrowOnCudaError(cudaGetDevice(&dev), "cudaGetDevice");
-    return dev;
-  }
   LinearFp8Attrs attrs_;
+  bool force_ref_;
+  std::mutex mu_;
+  DeviceScratch scratch_;
 };
 
 template <ONNXTensorElementDataType kType, typename T>

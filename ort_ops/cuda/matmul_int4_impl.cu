@@ -1,8 +1,38 @@
-// MatMulInt4 CUDA kernels and launcher.
+// MatMulInt4 CUDA kernels and launchers.
 //
 // matmul_int4_ref_kernel: the plain reference (one thread per output, float32 accumulation,
-// reads the documented layout directly). It is correct for every shape and block size and is
-// the ground truth the fast kernels are tested against on the device.
+//   reads the documented layout directly). Correct for every shape, type and block size; the
+//   ground truth the fast kernels are tested against, and the path for what they do not cover
+//   (float32 X, block size 16, K % 8 != 0, misaligned pointers).
+//
+// The fast kernels use tensor cores (mma.sync m16n8k16, fp16/bf16 in, fp32 accumulators) with
+// the weights decoded in registers straight from B's layout (no second copy of the weights):
+//
+//   One thread loads 16 bytes of one B row = 32 consecutive codes k = kb .. kb + 31, with
+//   kb = chunk * 128 + 32 * t (t = lane % 4, row = lane / 4 of the n8 tile). Four lanes cover a
+//   128-wide K chunk. The MMA sums over k in any order, so the k <-> fragment-slot mapping is ours
+//   to choose: in MMA step s (0..7) thread t's slots {2t, 2t+1} hold k = kb + 4s + {0, 1} and
+//   slots {2t+8, 2t+9} hold kb + 4s + {2, 3}. A (X) uses the same mapping, so thread t reads
+//   X[row][kb .. kb+31]: four 16-byte loads per row, no shuffles. Since kb is a multiple of 32
+//   and block_size >= 32, a thread's 32 codes share one scale and zero point.
+//
+// int4_smallm_kernel (M < tiled_min_m, decode / GEMV / small batches): one warp = one n8 column
+//   tile x 16 * MT rows (MT = 1, 2, 4 m16 tiles; padded rows are zero; grid.y covers the rest of
+//   M); the CTA's warps split K (intra-CTA split-K, summed through shared memory), so N/8 CTAs of
+//   4 warps with 8 chunks of weights in flight per thread keep HBM busy. X comes straight from
+//   global memory (L1/L2-resident: every CTA reads the same few rows).
+// int4_tiled_kernel (M >= tiled_min_m = 65 by default, prefill): 64 x 128 CTA tile, 4 warps of 64 x 32; X tiles in shared
+//   memory (cp.async, double-buffered, XOR-swizzled against bank conflicts); each warp decodes
+//   its weights once per chunk and reuses them for the 4 m16 tiles; split-K over grid.z when
+//   M x N gives fewer than ~2 CTAs per SM.
+//
+// Measured on an H100 (bench/results/2026-11-22-h100-bench-cuda.md): M <= 16 beats ORT's
+// MatMulNBits from M = 4 on (2.2x at M = 16) but reaches only ~33-41 % of the HBM floor at M = 1;
+// the tiled kernel runs at ~170 TFLOP/s at M = 4096, 3-4x behind cuBLAS fp16: a wgmma / CUTLASS
+// mixed-input mainloop is the missing piece for prefill.
+#include <algorithm>
+#include <type_traits>
+
 #include "cuda/matmul_int4.h"
 #include "cuda/matmul_int4_impl.cuh"
 
@@ -43,8 +73,338 @@ __global__ void matmul_int4_ref_kernel(const T* __restrict__ x, const uint8_t* _
   y[row * n + col] = StoreT<T>(acc);
 }
 
+namespace {
+
+using namespace cuda_detail;
+
+// Geometry shared by the fast kernels (all int: K, N < 2^31 by validation, M * K < 2^31 checked
+// at dispatch).
+struct Int4Geom {
+  int m, n, k;
+  int bs_log2;    // log2(block_size), block_size >= 32
+  int nb;         // n_blocks
+  int row_bytes;  // bytes of one B row = nb * block_size / 2 (a multiple of 16)
+  int zp_row_bytes;
+  int n_chunks;   // ceil(nb * block_size / 128): 128-wide K chunks of the padded row
+};
+
+// The weights of one thread for one 128-wide chunk: 16 bytes of B row `col` at k = kb, with the
+// block's scale and zero point. Out-of-range rows / chunks load as zero codes with scale 0
+// (weights exactly 0, no NaN from garbage).
 template <typename T>
-cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream) {
+struct WeightFrag {
+  uint4 q;
+  uint32_t zb2, s2;
+};
+
+template <typename T>
+__device__ __forceinline__ WeightFrag<T> LoadWeightFrag(const uint8_t* __restrict__ b, const T* __restrict__ scales,
+                                                        const uint8_t* __restrict__ zp, const Int4Geom& g, int col,
+                                                        int kb) {
+  WeightFrag<T> f;
+  if (col < g.n && (kb >> g.bs_log2) < g.nb) {
+    f.q = LoadStream16(b + int64_t(col) * g.row_bytes + (kb >> 1));
+    const int blk = kb >> g.bs_log2;
+    const T s = scales[int64_t(col) * g.nb + blk];
+    f.s2 = Pack2<T>(s, s);
+    const int z = zp ? Int4ZeroPointAt(zp + int64_t(col) * g.zp_row_bytes, blk) : kInt4SymmetricZeroPoint;
+    f.zb2 = ZeroBias2<T>(z);
+  } else {
+    f.q = make_uint4(0, 0, 0, 0);
+    f.s2 = 0;
+    f.zb2 = ZeroBias2<T>(0);
+  }
+  return f;
+}
+
+// Word u (0..3) of a fragment -> B registers of MMA steps 2u, 2u+1: w[0], w[1] (step 2u) and
+// w[2], w[3] (step 2u+1). kv = K - (first k of the fragment); weights at k >= K are zeroed so
+// that padding codes never reach a result (not even as 0 * Inf).
+template <typename T>
+__device__ __forceinline__ void DecodeWord(const WeightFrag<T>& f, int u, int kv, uint32_t (&w)[4]) {
+  const uint32_t v = u == 0 ? f.q.x : u == 1 ? f.q.y : u == 2 ? f.q.z : f.q.w;
+  DequantWord<T>(v, f.zb2, f.s2, w);
+  if (kv < 32) MaskPairs(w, kv - 8 * u);
+}
+
+// 32 activations X[row][kb .. kb+31] as 4 x uint4 (16 T2 registers); zero for row >= M or k >= K.
+// K % 8 == 0 is guaranteed by the dispatch, so 8-element pieces are either fully in or out.
+template <typename T>
+__device__ __forceinline__ void LoadX32(const T* __restrict__ x, const Int4Geom& g, int row, int kb, uint4 (&xv)[4]) {
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const int kk = kb + 8 * u;
+    xv[u] = (row < g.m && kk < g.k) ? LoadCached16(x + int64_t(row) * g.k + kk) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int bytes = valid ? 16 : 0;  // 0: zero-fill, nothing read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(bytes));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+__device__ __forceinline__ uint32_t Word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+template <typename T>
+__device__ __forceinline__ void StorePair(T* __restrict__ y, const T* __restrict__ bias, const Int4Geom& g, int row,
+                                          int col, float v0, float v1) {
+  if (row >= g.m) return;
+  T* yr = y + int64_t(row) * g.n;
+  if (col < g.n) yr[col] = StoreT<T>(bias ? v0 + LoadF(bias, col) : v0);
+  if (col + 1 < g.n) yr[col + 1] = StoreT<T>(bias ? v1 + LoadF(bias, col + 1) : v1);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Small / mid M. grid = (ceil(N / 8), ceil(M / (16 * MT))), block = 32 * kWarps.
+//   x [M, K] T, b/scales/zp as above, bias [N] T or nullptr, y [M, N] T.
+// Warp w handles chunks w, w + kWarps, ... of the K range for the CTA's n8 tile and MT m16
+// tiles; partial sums meet in shared memory. The weight loads of U chunks are all issued before
+// the first MMA (U * 16 bytes in flight per thread: what keeps HBM busy at M = 1); X is read per
+// 16-byte piece right before its MMAs (L1 hits: every CTA reads the same rows). kHi = false when
+// M <= 8: rows g + 8 of the single m16 tile are never valid, so neither loaded nor kept.
+// ---------------------------------------------------------------------------------------------
+//
+// kSmemX: the CTA first copies all of X (M rows) into shared memory with cp.async, so the
+// per-chunk X reads are shared-memory hits. Tried for M <= 8 (prediction: M = 1 from 8.8 toward
+// 5 us at 4096 x 4096); measured slower (10.2 us, bench/results/2026-11-22-h100-bench-cuda-
+// smemx-experiment.md), so the dispatch does not select it (kept for the next attempt).
+template <typename T, int MT, int kWarps, int U, bool kHi, bool kSmemX>
+__global__ void __launch_bounds__(32 * kWarps) int4_smallm_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b,
+                                                                  const T* __restrict__ scales,
+                                                                  const uint8_t* __restrict__ zp,
+                                                                  const T* __restrict__ bias, T* __restrict__ y,
+                                                                  Int4Geom g) {
+  extern __shared__ __align__(16) uint4 xsm[];  // kSmemX: X [M, K] T, row-major
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int gr = lane >> 2, t = lane & 3;
+  const int col = blockIdx.x * 8 + gr;  // this thread's B row (column of Y)
+  const int m0 = blockIdx.y * 16 * MT;
+  float acc[MT][4];
+#pragma unroll
+  for (int i = 0; i < MT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+
+  // The same trip count for every warp (chunks past the end are masked), so that the one
+  // __syncthreads() of the X staging is reached by all.
+  const int iters = (g.n_chunks + U * kWarps - 1) / (U * kWarps);
+  for (int it = 0; it < iters; ++it) {
+    const int c0 = it * U * kWarps + warp;
+    WeightFrag<T> wf[U];
+#pragma unroll
+    for (int uu = 0; uu < U; ++uu) {
+      const int c = c0 + uu * kWarps;
+      wf[uu] = LoadWeightFrag<T>(b, scales, zp, g, c < g.n_chunks ? col : g.n, c * 128 + 32 * t);
+    }
+    if (kSmemX && it == 0) {
+      const int pieces = g.m * (g.k >> 3);  // 16-byte pieces of X (K % 8 == 0)
+      for (int i = threadIdx.x; i < pieces; i += 32 * kWarps) CpAsync16(&xsm[i], x + 8 * int64_t(i), true);
+      CpAsyncCommit();
+      CpAsyncWait<0>();
+      __syncthreads();
+    }
+#pragma unroll
+    for (int uu = 0; uu < U; ++uu) {
+      const int c = c0 + uu * kWarps;
+      if (c >= g.n_chunks) break;  // warp-uniform
+      const int kb = c * 128 + 32 * t;
+      const int kv = g.k - kb;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int kk = kb + 8 * u;
+        uint4 a[MT][2];
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = m0 + 16 * i + gr + 8 * h;
+            if ((kHi || h == 0) && row < g.m && kk < g.k) {
+              a[i][h] = kSmemX ? xsm[(row * g.k + kk) >> 3] : LoadCached16(x + int64_t(row) * g.k + kk);
+            } else {
+              a[i][h] = make_uint4(0, 0, 0, 0);
+            }
+          }
+        }
+        uint32_t w[4];
+        DecodeWord<T>(wf[uu], u, kv, w);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // step s = 2u + h: A regs = T2 #(2h), #(2h+1) of piece u
+#pragma unroll
+          for (int i = 0; i < MT; ++i) {
+            Mma16816<T>(acc[i], Word(a[i][0], 2 * h), Word(a[i][1], 2 * h), Word(a[i][0], 2 * h + 1),
+                        Word(a[i][1], 2 * h + 1), w[2 * h], w[2 * h + 1]);
+          }
+        }
+      }
+    }
+  }
+
+  // Sum the warps' partial tiles: red[warp][i*4 + r][lane].
+  __shared__ float red[kWarps][MT * 4][32];
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) red[warp][i * 4 + r][lane] = acc[i][r];
+  __syncthreads();
+  // MT * 4 values per lane, spread over the warps.
+  for (int e = warp; e < MT * 4; e += kWarps) {
+    float v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) v += red[w][e][lane];
+    const int i = e >> 2, r = e & 3;
+    const int row = m0 + 16 * i + gr + (r >= 2 ? 8 : 0);
+    const int c = blockIdx.x * 8 + 2 * t + (r & 1);
+    if (row < g.m && c < g.n) y[int64_t(row) * g.n + c] = StoreT<T>(bias ? v + LoadF(bias, c) : v);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Large M. grid = (ceil(N / 128), ceil(M / 64)), block = 128 (4 warps).
+//   CTA tile 64 (M) x 128 (N); warp w owns columns n0 + 32w .. +31 (4 n8 tiles) for all 64 rows
+//   (4 m16 tiles). Per 128-wide K chunk: X[64 x 128] T (16 KB) in shared memory through cp.async
+//   (double-buffered; 16-byte piece c of row r stored at piece c ^ ((c >> 3 & 1) << 1) ^ (r & 1),
+//   which makes both the cp.async writes and the 16-byte fragment reads conflict-free), weights
+//   straight from global into registers, prefetched one chunk ahead.
+// ---------------------------------------------------------------------------------------------
+namespace {
+constexpr int kTileM = 64, kTileN = 128, kTileK = 128;
+constexpr int kPiecesPerRow = kTileK / 8;  // 16-byte pieces of one X tile row (16)
+
+__device__ __forceinline__ int SwizzlePiece(int r, int c) { return c ^ (((c >> 3) & 1) << 1) ^ (r & 1); }
+
+}  // namespace
+
+//   Split-K (grid.z > 1, when M x N alone gives too few CTAs): CTA z handles chunks
+//   [z * chunks_per_split, (z + 1) * chunks_per_split) and adds its fp32 tile into ws [M, N]
+//   (zeroed before; atomicAdd, so the summation order varies run to run at fp32 rounding level);
+//   int4_split_finalize_kernel then adds the bias and rounds once to T. ws == nullptr: no split,
+//   the CTA stores Y itself.
+template <typename T>
+__global__ void __launch_bounds__(128) int4_tiled_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b,
+                                                        const T* __restrict__ scales, const uint8_t* __restrict__ zp,
+                                                        const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
+                                                        int chunks_per_split, float* __restrict__ ws) {
+  __shared__ __align__(16) uint4 xs[2][kTileM * kPiecesPerRow];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int gr = lane >> 2, t = lane & 3;
+  const int m0 = blockIdx.y * kTileM;
+  const int n0 = blockIdx.x * kTileN + warp * 32;
+
+  auto load_x_tile = [&](int stage, int chunk) {
+#pragma unroll
+    for (int i = 0; i < kTileM * kPiecesPerRow / 128; ++i) {
+      const int idx = threadIdx.x + 128 * i;
+      const int r = idx / kPiecesPerRow, c = idx % kPiecesPerRow;
+      const int row = m0 + r, kk = chunk * kTileK + 8 * c;
+      const bool valid = row < g.m && kk < g.k;
+      CpAsync16(&xs[stage][r * kPiecesPerRow + SwizzlePiece(r, c)], valid ? x + int64_t(row) * g.k + kk : x, valid);
+    }
+    CpAsyncCommit();
+  };
+
+  float acc[4][4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+
+  WeightFrag<T> wf[4];
+  const int c_begin = blockIdx.z * chunks_per_split;
+  const int c_end = min(g.n_chunks, c_begin + chunks_per_split);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) wf[j] = LoadWeightFrag<T>(b, scales, zp, g, n0 + 8 * j + gr, c_begin * kTileK + 32 * t);
+  if (c_begin < c_end) load_x_tile(0, c_begin);
+
+  for (int chunk = c_begin; chunk < c_end; ++chunk) {
+    const int stage = (chunk - c_begin) & 1;
+    // Prefetch the next chunk: X tile into the other stage (its readers finished at the
+    // __syncthreads() that ended the previous iteration), weights into registers.
+    WeightFrag<T> wn[4];
+    if (chunk + 1 < c_end) {
+      load_x_tile(stage ^ 1, chunk + 1);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        wn[j] = LoadWeightFrag<T>(b, scales, zp, g, n0 + 8 * j + gr, (chunk + 1) * kTileK + 32 * t);
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();
+
+    const int kv = g.k - (chunk * kTileK + 32 * t);
+    const uint4* xt = xs[stage];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      // A pieces: rows 16i + gr and 16i + gr + 8, piece 4t + u (k = 32t + 8u .. +7 of the chunk)
+      uint4 a[4][2];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r0 = 16 * i + gr, r1 = r0 + 8;
+        a[i][0] = xt[r0 * kPiecesPerRow + SwizzlePiece(r0, 4 * t + u)];
+        a[i][1] = xt[r1 * kPiecesPerRow + SwizzlePiece(r1, 4 * t + u)];
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        uint32_t w[4];
+        DecodeWord<T>(wf[j], u, kv, w);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            Mma16816<T>(acc[i][j], Word(a[i][0], 2 * h), Word(a[i][1], 2 * h), Word(a[i][0], 2 * h + 1),
+                        Word(a[i][1], 2 * h + 1), w[2 * h], w[2 * h + 1]);
+      }
+    }
+    __syncthreads();
+    if (chunk + 1 < c_end) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) wf[j] = wn[j];
+    }
+  }
+
+  if (ws != nullptr) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int row = m0 + 16 * i + gr + (r >= 2 ? 8 : 0), c = n0 + 8 * j + 2 * t + (r & 1);
+          if (row < g.m && c < g.n) atomicAdd(ws + int64_t(row) * g.n + c, acc[i][j][r]);
+        }
+    return;
+  }
+
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int row = m0 + 16 * i + gr, c = n0 + 8 * j + 2 * t;
+      StorePair<T>(y, bias, g, row, c, acc[i][j][0], acc[i][j][1]);
+      StorePair<T>(y, bias, g, row + 8, c, acc[i][j][2], acc[i][j][3]);
+    }
+}
+
+// ws [M, N] fp32 split-K sums -> y [M, N] T (+ bias [N] T or nullptr), one rounding.
+template <typename T>
+__global__ void int4_split_finalize_kernel(const float* __restrict__ ws, const T* __restrict__ bias,
+                                           T* __restrict__ y, int64_t m, int64_t n) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= m * n) return;
+  const float v = ws[i];
+  y[i] = StoreT<T>(bias ? v + LoadF(bias, i % n) : v);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Launchers
+// ---------------------------------------------------------------------------------------------
+
+template <typename T>
+cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream) {
   if (p.m == 0) return cudaSuccess;
   if (p.m > 65535) return cudaErrorInvalidConfiguration;
   const int threads = 128;
@@ -55,8 +415,131 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template cudaError_t LaunchMatMulInt4<float>(const MatMulInt4Problem&, cudaStream_t);
-template cudaError_t LaunchMatMulInt4<__half>(const MatMulInt4Problem&, cudaStream_t);
-template cudaError_t LaunchMatMulInt4<__nv_bfloat16>(const MatMulInt4Problem&, cudaStream_t);
+namespace {
+
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+int Log2(int64_t v) {
+  int l = 0;
+  while ((int64_t{1} << l) < v) ++l;
+  return l;
+}
+
+// Which fast kernel serves a problem, or none (-> reference kernel).
+// kSmallM8Smem is not selected (see kSmemX above).
+enum class Int4Path { kRef, kSmallM8Smem, kSmallM8, kSmallM16, kSmallM32, kSmallM64, kTiled };
+
+template <typename T>
+Int4Path ChooseInt4Path(const MatMulInt4Problem& p, int64_t tiled_min_m) {
+  if constexpr (std::is_same<T, float>::value) {
+    return Int4Path::kRef;  // float32 X: no fp32 tensor-core path (yet)
+  } else {
+    const auto& a = p.attrs;
+    if (a.block_size < 32) return Int4Path::kRef;  // a thread's 32 codes must share one scale
+    if (a.k % 8 != 0) return Int4Path::kRef;       // 16-byte rows of X
+    if (!Aligned16(p.x) || !Aligned16(p.b)) return Int4Path::kRef;
+    if (p.m * a.k >= (int64_t{1} << 31) || p.m * a.n >= (int64_t{1} << 31)) return Int4Path::kRef;
+    if (p.m / kTileM > 65535) return Int4Path::kRef;
+    if (p.m >= tiled_min_m) return Int4Path::kTiled;
+    if (p.m <= 8) return Int4Path::kSmallM8;
+    if (p.m <= 16) return Int4Path::kSmallM16;
+    if (p.m <= 32) return Int4Path::kSmallM32;
+    return Int4Path::kSmallM64;
+  }
+}
+
+}  // namespace
+
+// Split-K factor of the tiled kernel: enough CTAs for ~2 per SM (each K slice >= 4 chunks).
+static int TiledSplitK(const MatMulInt4Problem& p) {
+  static int sms = [] {
+    int dev = 0, v = 132;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    return v;
+  }();
+  const int64_t ctas = ((p.attrs.n + kTileN - 1) / kTileN) * ((p.m + kTileM - 1) / kTileM);
+  const int64_t chunks = (p.attrs.n_blocks() * p.attrs.block_size + 127) / 128;
+  int64_t split = (2 * sms + ctas - 1) / ctas;
+  split = std::min<int64_t>(split, std::min<int64_t>(8, chunks / 4));
+  return split >= 2 ? static_cast<int>(split) : 1;
+}
+
+template <typename T>
+size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m) {
+  if (p.m == 0 || ChooseInt4Path<T>(p, tiled_min_m) != Int4Path::kTiled || TiledSplitK(p) < 2) return 0;
+  return static_cast<size_t>(p.m * p.attrs.n) * sizeof(float);
+}
+
+template <typename T>
+cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, int64_t tiled_min_m, Int4Workspace ws) {
+  if (p.m == 0) return cudaSuccess;
+  const Int4Path path = ChooseInt4Path<T>(p, tiled_min_m);
+  if (path == Int4Path::kRef) return LaunchMatMulInt4Ref<T>(p, stream);
+  if constexpr (!std::is_same<T, float>::value) {
+    const auto& a = p.attrs;
+    Int4Geom g;
+    g.m = static_cast<int>(p.m);
+    g.n = static_cast<int>(a.n);
+    g.k = static_cast<int>(a.k);
+    g.bs_log2 = Log2(a.block_size);
+    g.nb = static_cast<int>(a.n_blocks());
+    g.row_bytes = static_cast<int>(Int4RowBytes(a.k, a.block_size));
+    g.zp_row_bytes = static_cast<int>(Int4ZeroPointRowBytes(a.k, a.block_size));
+    g.n_chunks = static_cast<int>((int64_t(g.nb) * a.block_size + 127) / 128);
+    const T* x = static_cast<const T*>(p.x);
+    const T* s = static_cast<const T*>(p.scales);
+    const T* bias = static_cast<const T*>(p.bias);
+    T* y = static_cast<T*>(p.y);
+    const unsigned n8 = static_cast<unsigned>((a.n + 7) / 8);
+    const auto my = [&](int rows) { return static_cast<unsigned>((p.m + rows - 1) / rows); };
+    switch (path) {
+      case Int4Path::kSmallM8Smem: {
+        const size_t smem = static_cast<size_t>(p.m * a.k) * sizeof(T);
+        int4_smallm_kernel<T, 1, 4, 8, false, true><<<dim3(n8, 1), 128, smem, stream>>>(x, p.b, s, p.zero_points, bias, y, g);
+        break;
+      }
+      case Int4Path::kSmallM8:
+        int4_smallm_kernel<T, 1, 4, 8, false, false><<<dim3(n8, 1), 128, 0, stream>>>(x, p.b, s, p.zero_points, bias, y, g);
+        break;
+      case Int4Path::kSmallM16:
+        int4_smallm_kernel<T, 1, 4, 8, true, false><<<dim3(n8, 1), 128, 0, stream>>>(x, p.b, s, p.zero_points, bias, y, g);
+        break;
+      case Int4Path::kSmallM32:
+        int4_smallm_kernel<T, 2, 4, 8, true, false><<<dim3(n8, my(32)), 128, 0, stream>>>(x, p.b, s, p.zero_points, bias, y, g);
+        break;
+      case Int4Path::kSmallM64:
+        int4_smallm_kernel<T, 4, 4, 4, true, false><<<dim3(n8, my(64)), 128, 0, stream>>>(x, p.b, s, p.zero_points, bias, y, g);
+        break;
+      default: {
+        const int split = TiledSplitK(p);
+        const size_t need = static_cast<size_t>(p.m * a.n) * sizeof(float);
+        const bool use_split = split >= 2 && ws.data != nullptr && ws.bytes >= need;
+        const int cps = use_split ? (g.n_chunks + split - 1) / split : g.n_chunks;
+        const unsigned z = use_split ? static_cast<unsigned>((g.n_chunks + cps - 1) / cps) : 1;
+        float* acc = use_split ? static_cast<float*>(ws.data) : nullptr;
+        if (use_split) {
+          const cudaError_t e = cudaMemsetAsync(acc, 0, need, stream);
+          if (e != cudaSuccess) return e;
+        }
+        dim3 grid(static_cast<unsigned>((a.n + kTileN - 1) / kTileN), static_cast<unsigned>((p.m + kTileM - 1) / kTileM), z);
+        int4_tiled_kernel<T><<<grid, 128, 0, stream>>>(x, p.b, s, p.zero_points, bias, y, g, cps, acc);
+        if (use_split) {
+          const int64_t total = p.m * a.n;
+          int4_split_finalize_kernel<T><<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(acc, bias, y, p.m, a.n);
+        }
+      }
+    }
+  }
+  return cudaGetLastError();
+}
+
+#define PYQUANT_INSTANTIATE(T)                                                                               \
+  template cudaError_t LaunchMatMulInt4<T>(const MatMulInt4Problem&, cudaStream_t, int64_t, Int4Workspace); \
+  template size_t MatMulInt4WorkspaceBytes<T>(const MatMulInt4Problem&, int64_t);                          \
+  template cudaError_t LaunchMatMulInt4Ref<T>(const MatMulInt4Problem&, cudaStream_t);
+PYQUANT_INSTANTIATE(float)
+PYQUANT_INSTANTIATE(__half)
+PYQUANT_INSTANTIATE(__nv_bfloat16)
+#undef PYQUANT_INSTANTIATE
 
 }  // namespace pyquant

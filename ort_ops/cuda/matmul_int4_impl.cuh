@@ -1,8 +1,11 @@
-// MatMulInt4 CUDA kernels. Device helpers shared by every kernel variant live here.
+// Device helpers shared by the CUDA kernels of both ops (MatMulInt4, LinearFp8): scalar load /
+// store in T, the tensor-core MMA wrapper, and the in-register int4 -> fp16/bf16 decode.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <cstdint>
 
 #include "layout/int4_block.h"
 
@@ -28,6 +31,130 @@ template <>
 __device__ __forceinline__ __half StoreT<__half>(float v) { return __float2half_rn(v); }
 template <>
 __device__ __forceinline__ __nv_bfloat16 StoreT<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// 16-byte global load that bypasses L1 allocation: weights are streamed exactly once.
+__device__ __forceinline__ uint4 LoadStream16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+// 16-byte global load through L1 (activations: re-read by every warp / CTA of a column tile).
+__device__ __forceinline__ uint4 LoadCached16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
+
+// ---------------------------------------------------------------------------------------------
+// Tensor-core MMA m16n8k16, fp32 accumulators (mma.sync, sm_80+).
+//   a[4]: A fragment (16x16, row-major): a[0] = rows g, cols {2t, 2t+1}; a[1] = rows g+8, same
+//         cols; a[2] = row g, cols {2t+8, 2t+9}; a[3] = row g+8, cols {2t+8, 2t+9}
+//   b0,b1: B fragment (16x8, "col"): b0 = k {2t, 2t+1} of column g; b1 = k {2t+8, 2t+9}
+//   c[4]: c[0], c[1] = row g, cols {2t, 2t+1}; c[2], c[3] = row g+8, same cols
+// with g = lane / 4 and t = lane % 4; the lower 16 bits of each register hold the lower index.
+// ---------------------------------------------------------------------------------------------
+template <typename T>
+__device__ __forceinline__ void Mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void Mma16816<__half>(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                 uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void Mma16816<__nv_bfloat16>(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                        uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// ---------------------------------------------------------------------------------------------
+// int4 -> fp16 / bf16 in registers ("magic number" decode).
+//
+// OR-ing a 4-bit code q into the low mantissa bits of the 16-bit float kMagic gives exactly
+// kBias + q (fp16: 0x6400 = 1024, ulp 1; bf16: 0x4300 = 128, ulp 1). Subtracting kBias + zp is
+// exact too, so (q - zp) comes out exact in T, and one multiply by the scale gives the weight,
+// rounded once to T (the rounding docs/ops.md allows before the product).
+// ---------------------------------------------------------------------------------------------
+template <typename T>
+struct Int4Magic;
+template <>
+struct Int4Magic<__half> {
+  static constexpr uint32_t kBits = 0x64006400u;
+  static constexpr float kBias = 1024.0f;
+};
+template <>
+struct Int4Magic<__nv_bfloat16> {
+  static constexpr uint32_t kBits = 0x43004300u;
+  static constexpr float kBias = 128.0f;
+};
+
+template <typename T>
+__device__ __forceinline__ uint32_t Pack2(T lo, T hi) {
+  const uint16_t l = *reinterpret_cast<const uint16_t*>(&lo);
+  const uint16_t h = *reinterpret_cast<const uint16_t*>(&hi);
+  return uint32_t(l) | (uint32_t(h) << 16);
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t Sub2(uint32_t a, uint32_t b);
+template <>
+__device__ __forceinline__ uint32_t Sub2<__half>(uint32_t a, uint32_t b) {
+  __half2 r = __hsub2(*reinterpret_cast<__half2*>(&a), *reinterpret_cast<__half2*>(&b));
+  return *reinterpret_cast<uint32_t*>(&r);
+}
+template <>
+__device__ __forceinline__ uint32_t Sub2<__nv_bfloat16>(uint32_t a, uint32_t b) {
+  __nv_bfloat162 r = __hsub2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&b));
+  return *reinterpret_cast<uint32_t*>(&r);
+}
+template <typename T>
+__device__ __forceinline__ uint32_t Mul2(uint32_t a, uint32_t b);
+template <>
+__device__ __forceinline__ uint32_t Mul2<__half>(uint32_t a, uint32_t b) {
+  __half2 r = __hmul2(*reinterpret_cast<__half2*>(&a), *reinterpret_cast<__half2*>(&b));
+  return *reinterpret_cast<uint32_t*>(&r);
+}
+template <>
+__device__ __forceinline__ uint32_t Mul2<__nv_bfloat16>(uint32_t a, uint32_t b) {
+  __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&b));
+  return *reinterpret_cast<uint32_t*>(&r);
+}
+
+// Per (row, block) constants of the decode: zb2 = (kBias + zp) in both halves, s2 = scale in both.
+template <typename T>
+__device__ __forceinline__ uint32_t ZeroBias2(int zp) {
+  const T v = StoreT<T>(Int4Magic<T>::kBias + float(zp));
+  return Pack2<T>(v, v);
+}
+
+// One 32-bit word of packed codes (bytes = codes {0,1}, {2,3}, {4,5}, {6,7} in the documented
+// layout: low nibble = even k) -> four T pairs out[j] = (w[2j], w[2j+1]), w = (q - zp) * s.
+// prmt puts byte j of v in byte 0 and byte j of (v >> 4) in byte 2; lop3 keeps the two low
+// nibbles and ORs in the magic exponent: 1 shift + 4 x (prmt, lop3, sub, mul) per 8 weights.
+template <typename T>
+__device__ __forceinline__ void DequantWord(uint32_t v, uint32_t zb2, uint32_t s2, uint32_t (&out)[4]) {
+  const uint32_t v4 = v >> 4;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t p = __byte_perm(v, v4, j | ((4 + j) << 8));
+    uint32_t q;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(q) : "r"(p), "n"(0x000F000F), "n"(Int4Magic<T>::kBits));
+    out[j] = Mul2<T>(Sub2<T>(q, zb2), s2);
+  }
+}
+
+// Zeroes the weights of k >= kv (kv = valid count from this word's first code) in out[4].
+__device__ __forceinline__ void MaskPairs(uint32_t (&out)[4], int kv) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if (2 * j >= kv) out[j] = 0;
+    else if (2 * j + 1 >= kv) out[j] &= 0xFFFFu;
+  }
+}
 
 }  // namespace cuda_detail
 }  // namespace pyquant

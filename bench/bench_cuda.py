@@ -1,0 +1,471 @@
+"""GPU benchmark of pyquant's CUDA ops against ORT's own kernels and torch, in one process.
+
+    python bench/bench_cuda.py --out bench/results --tag h100
+
+Per (shape, method) one ONNX model (or torch CUDA graph) holding L layers with distinct weights
+(so no layer hits another's weights in L2) that all read the same activation X ("fan-out": the
+shapes are not square, so the layers cannot chain). Each M gets its own ORT CUDA graph
+(enable_cuda_graph + gpu_graph_id), inputs / outputs bound once through IOBinding to torch
+buffers; runs are queued without host synchronisation (disable_synchronize_execution_providers)
+and timed on the host clock from a device synchronisation to the one after R runs: time per
+layer = span / (R * L). Several repeats, the median is reported.
+
+Methods (fp16 activations):
+  pyquant_int4      pyquant::MatMulInt4, block 128, symmetric (B [N, n_blocks, 64], scales fp16)
+  pyquant_int4_tiled  the same with PYQUANT_INT4_TILED_MIN_M=0 (the tiled kernel at every M)
+  ort_matmulnbits   com.microsoft::MatMulNBits on the same B / scales bytes (K, N, bits=4, block_size=128)
+  ort_matmul_fp16   ONNX MatMul, fp16 weight initializer [K, N]
+  torch_fp16        torch.nn.functional.linear, fp16 weight [N, K] (torch CUDA graph)
+  pyquant_fp8       pyquant::LinearFp8, per-channel weight scales, dynamic per-token activation scales
+  torch_scaled_mm   torch._scaled_mm, e4m3 x e4m3 -> fp16, per-tensor scales, X already in fp8 (GEMM only)
+
+HBM floor = (weights + scales + X + Y bytes, each once) / copy bandwidth measured in this run
+(a large device-to-device copy, bytes read + written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+SHAPES = [(4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192)]  # (K, N)
+M_LIST = [1, 4, 16, 64, 256, 1024, 4096]
+METHODS = [
+    "pyquant_int4",
+    "pyquant_int4_tiled",
+    "ort_matmulnbits",
+    "ort_matmul_fp16",
+    "torch_fp16",
+    "pyquant_fp8",
+    "torch_scaled_mm",
+]
+BLOCK = 128
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# models
+# ----------------------------------------------------------------------------------------------
+
+
+def _graph(nodes, inits, k, n_out, layers, extra_inputs=()):
+    from onnx import TensorProto, helper
+
+    outs = [helper.make_tensor_value_info(f"Y{i}", TensorProto.FLOAT16, ["M", n_out]) for i in range(layers)]
+    g = helper.make_graph(
+        nodes,
+        "bench",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT16, ["M", k]), *extra_inputs],
+        outs,
+        initializer=inits,
+    )
+    opsets = [
+        helper.make_opsetid("", 21),
+        helper.make_opsetid("pyquant", 1),
+        helper.make_opsetid("com.microsoft", 1),
+    ]
+    m = helper.make_model(g, opset_imports=opsets, ir_version=10)
+    return m.SerializeToString()
+
+
+def _int4_weights(rng, k, n):
+    nb = (k + BLOCK - 1) // BLOCK
+    b = rng.integers(0, 256, size=(n, nb, BLOCK // 2), dtype=np.uint8)
+    scales = (rng.random((n, nb), dtype=np.float32) * 0.02 + 0.001).astype(np.float16)
+    return b, scales
+
+
+def build_model(method, rng, k, n, layers):
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, inits = [], []
+    for i in range(layers):
+        if method in ("pyquant_int4", "pyquant_int4_tiled", "ort_matmulnbits"):
+            b, s = _int4_weights(rng, k, n)
+            inits.append(numpy_helper.from_array(b, f"B{i}"))
+            if method.startswith("pyquant_int4"):
+                inits.append(numpy_helper.from_array(s, f"S{i}"))
+                nodes.append(
+                    helper.make_node(
+                        "MatMulInt4",
+                        ["X", f"B{i}", f"S{i}"],
+                        [f"Y{i}"],
+                        domain="pyquant",
+                        K=k,
+                        N=n,
+                        block_size=BLOCK,
+                    )
+                )
+            else:
+                inits.append(numpy_helper.from_array(s.reshape(-1), f"S{i}"))
+                nodes.append(
+                    helper.make_node(
+                        "MatMulNBits",
+                        ["X", f"B{i}", f"S{i}"],
+                        [f"Y{i}"],
+                        domain="com.microsoft",
+                        K=k,
+                        N=n,
+                        bits=4,
+                        block_size=BLOCK,
+                    )
+                )
+        elif method == "ort_matmul_fp16":
+            w = rng.integers(-1024, 1024, size=(k, n), dtype=np.int16).astype(np.float16) * np.float16(1e-3)
+            inits.append(numpy_helper.from_array(w, f"W{i}"))
+            nodes.append(helper.make_node("MatMul", ["X", f"W{i}"], [f"Y{i}"]))
+        elif method == "pyquant_fp8":
+            # random e4m3 bytes without NaN (0x7F / 0xFF)
+            w = rng.integers(0, 256, size=(n, k), dtype=np.uint8)
+            w[(w & 0x7F) == 0x7F] = 0x3C
+            inits.append(helper.make_tensor(f"W{i}", TensorProto.FLOAT8E4M3FN, [n, k], w.tobytes(), raw=True))
+            inits.append(numpy_helper.from_array((rng.random(n, dtype=np.float32) * 0.01 + 1e-3), f"S{i}"))
+            nodes.append(helper.make_node("LinearFp8", ["X", f"W{i}", f"S{i}"], [f"Y{i}"], domain="pyquant"))
+        else:
+            raise ValueError(method)
+    return _graph(nodes, inits, k, n, layers)
+
+
+def weight_bytes(method, k, n):
+    nb = (k + BLOCK - 1) // BLOCK
+    if method in ("pyquant_int4", "pyquant_int4_tiled", "ort_matmulnbits"):
+        return n * nb * BLOCK // 2 + n * nb * 2
+    if method in ("ort_matmul_fp16", "torch_fp16"):
+        return n * k * 2
+    if method == "pyquant_fp8":
+        return n * k + n * 4
+    if method == "torch_scaled_mm":
+        return n * k
+    raise ValueError(method)
+
+
+def act_bytes(method, m, k, n):
+    x = m * k * (1 if method == "torch_scaled_mm" else 2)
+    return x + m * n * 2
+
+
+# ----------------------------------------------------------------------------------------------
+# timing
+# ----------------------------------------------------------------------------------------------
+
+
+def time_stream(fn, reps, repeats=5):
+    """Median over `repeats` of the wall time of `reps` queued calls of fn followed by one device
+    synchronisation, in seconds. (ORT runs on its own stream, so device-wide synchronisation
+    rather than stream events; with CUDA graphs and no per-run sync the host stays ahead of the
+    GPU as long as one run's GPU work exceeds its launch cost, which the layer count ensures.)"""
+    import torch
+
+    spans = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+        spans.append(time.perf_counter() - t0)
+    return statistics.median(spans), spans
+
+
+def copy_bandwidth():
+    import torch
+
+    n = 1 << 30  # 1 GiB
+    a = torch.empty(n, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    a.random_(0, 255)
+    for _ in range(3):
+        b.copy_(a)
+    t, _ = time_stream(lambda: b.copy_(a), 10)
+    return 2 * n * 10 / t
+
+
+def reps_for(seconds_per_call):
+    return int(min(200, max(3, 0.05 / max(seconds_per_call, 1e-7))))
+
+
+def bench_ort(method, model_bytes, k, n, layers, m_list, use_graph=True):
+    import onnxruntime as ort
+    import torch
+    from onnx import TensorProto
+
+    from pyquant.ort import session_options
+
+    opts = {"device_id": "0"}
+    if use_graph:
+        opts["enable_cuda_graph"] = "1"
+    so = session_options()
+    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    so.log_severity_level = 3
+    if method == "pyquant_int4_tiled":  # read at kernel creation
+        os.environ["PYQUANT_INT4_TILED_MIN_M"] = "0"
+    try:
+        sess = ort.InferenceSession(model_bytes, sess_options=so, providers=[("CUDAExecutionProvider", opts)])
+    finally:
+        os.environ.pop("PYQUANT_INT4_TILED_MIN_M", None)
+    results = {}
+    for gid, m in enumerate(m_list, start=1):
+        x = (torch.randn(m, k, device="cuda") * 0.5).half()
+        ys = [torch.empty(m, n, dtype=torch.float16, device="cuda") for _ in range(layers)]
+        io = sess.io_binding()
+        io.bind_input("X", "cuda", 0, TensorProto.FLOAT16, [m, k], x.data_ptr())
+        for i, y in enumerate(ys):
+            io.bind_output(f"Y{i}", "cuda", 0, TensorProto.FLOAT16, [m, n], y.data_ptr())
+        torch.cuda.synchronize()  # ORT's stream does not wait for torch's
+        ro = ort.RunOptions()
+        ro.add_run_config_entry("disable_synchronize_execution_providers", "1")
+        if use_graph:
+            ro.add_run_config_entry("gpu_graph_id", str(gid))
+        for _ in range(3):  # warm-up + graph capture
+            sess.run_with_iobinding(io, ro)
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        sess.run_with_iobinding(io, ro)
+        torch.cuda.synchronize()
+        reps = reps_for(time.perf_counter() - t1)
+        t, spans = time_stream(lambda io=io, ro=ro: sess.run_with_iobinding(io, ro), reps)
+        results[m] = {"s_per_layer": t / (reps * layers), "reps": reps, "spans_s": spans}
+        torch.cuda.synchronize()
+        assert torch.isfinite(ys[-1]).all().item(), f"{method} M={m}: non-finite output"
+    return results
+
+
+def bench_torch(method, rng, k, n, layers, m_list):
+    import torch
+
+    ws = []
+    for _ in range(layers):
+        if method == "torch_fp16":
+            ws.append((torch.randn(n, k, device="cuda") * 0.02).half())
+        else:
+            ws.append((torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn))
+    one = torch.ones((), device="cuda")
+    results = {}
+    for m in m_list:
+        note = None
+        mm = m
+        if method == "torch_scaled_mm" and m % 16:
+            mm = (m + 15) // 16 * 16  # _scaled_mm needs M % 16 == 0
+            note = f"M padded to {mm}"
+        if method == "torch_fp16":
+            x = (torch.randn(mm, k, device="cuda") * 0.5).half()
+
+            def fn(x=x):
+                for w in ws:
+                    torch.nn.functional.linear(x, w)
+        else:
+            x = (torch.randn(mm, k, device="cuda")).to(torch.float8_e4m3fn)
+
+            def fn(x=x):
+                for w in ws:
+                    torch._scaled_mm(x, w.t(), scale_a=one, scale_b=one, out_dtype=torch.float16)
+
+        try:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                fn()
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+            g.replay()
+            torch.cuda.synchronize()
+            t1 = time.perf_counter()
+            g.replay()
+            torch.cuda.synchronize()
+            reps = reps_for(time.perf_counter() - t1)
+            t, spans = time_stream(g.replay, reps)
+            results[m] = {"s_per_layer": t / (reps * layers), "reps": reps, "spans_s": spans}
+            if note:
+                results[m]["note"] = note
+        except Exception as e:  # noqa: BLE001
+            results[m] = {"error": f"{type(e).__name__}: {e}"[:300]}
+    return results
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--tag", default="gpu")
+    ap.add_argument("--date", default=datetime.date.today().isoformat())
+    ap.add_argument("--shapes", default=",".join(f"{k}x{n}" for k, n in SHAPES))
+    ap.add_argument("--m", default=",".join(map(str, M_LIST)))
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument(
+        "--layers", type=int, default=16, help="layers per model (fewer where fp16 weights pass 1.5 GB)"
+    )
+    ap.add_argument("--commit", default=os.environ.get("PYQUANT_COMMIT", "unknown"))
+    args = ap.parse_args()
+
+    import onnxruntime as ort
+    import torch
+
+    import pyquant
+
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    m_list = [int(v) for v in args.m.split(",")]
+    methods = args.methods.split(",")
+    dev = torch.cuda.get_device_name()
+    bw = copy_bandwidth()
+    log(f"device {dev}; copy bandwidth {bw / 1e12:.2f} TB/s (read + write)")
+    rng = np.random.default_rng(0)
+    rows = []
+    meta = {
+        "date": args.date,
+        "device": dev,
+        "commit": args.commit,
+        "command": " ".join(["python"] + sys.argv),
+        "copy_bandwidth_TBps": bw / 1e12,
+        "onnxruntime": ort.__version__,
+        "torch": torch.__version__,
+        "pyquant_build": pyquant.build_info(),
+        "block_size": BLOCK,
+        "pyquant_cuda_kernels": os.environ.get("PYQUANT_CUDA_KERNELS", "fast"),
+    }
+    os.makedirs(args.out, exist_ok=True)
+    base = os.path.join(args.out, f"{args.date}-{args.tag}-bench-cuda")
+
+    def save():  # after every (shape, method): a partial file survives a time-out
+        with open(base + ".json", "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+        with open(base + ".md", "w") as f:
+            f.write(markdown(meta, rows, m_list, methods))
+
+    for k, n in shapes:
+        layers = args.layers
+        if layers * n * k * 2 > 1.5e9:
+            layers = max(8, int(1.5e9 // (n * k * 2)))
+        for method in methods:
+            t0 = time.time()
+            try:
+                if method.startswith("torch"):
+                    res = bench_torch(method, rng, k, n, layers, m_list)
+                    mode = "torch CUDA graph"
+                else:
+                    model = build_model(method, rng, k, n, layers)
+                    try:
+                        res = bench_ort(method, model, k, n, layers, m_list, use_graph=True)
+                        mode = "ORT CUDA graph"
+                    except Exception as e:  # noqa: BLE001
+                        log(
+                            f"  {method}: CUDA graph failed ({type(e).__name__}: {str(e)[:200]}); "
+                            "plain IOBinding"
+                        )
+                        res = bench_ort(method, model, k, n, layers, m_list, use_graph=False)
+                        mode = "ORT IOBinding, no graph"
+            except Exception as e:  # noqa: BLE001
+                log(f"  {method} {k}x{n}: FAILED {type(e).__name__}: {str(e)[:300]}")
+                res = {m: {"error": f"{type(e).__name__}: {e}"[:300]} for m in m_list}
+                mode = "failed"
+            torch.cuda.empty_cache()
+            for m in m_list:
+                r = res.get(m, {"error": "missing"})
+                row = {"K": k, "N": n, "M": m, "method": method, "layers": layers, "mode": mode}
+                if "s_per_layer" in r:
+                    t = r["s_per_layer"]
+                    byts = weight_bytes(method, k, n) + act_bytes(method, m, k, n)
+                    floor = byts / bw
+                    row.update(
+                        us=t * 1e6,
+                        bytes=byts,
+                        floor_us=floor * 1e6,
+                        pct_floor=100 * floor / t,
+                        tflops=2 * m * n * k / t / 1e12,
+                        reps=r["reps"],
+                        spans_us=[s * 1e6 for s in r["spans_s"]],
+                    )
+                    if "note" in r:
+                        row["note"] = r["note"]
+                else:
+                    row["error"] = r["error"]
+                rows.append(row)
+            log(
+                f"{k}x{n} {method:16s} [{mode}] "
+                + " ".join(
+                    f"M{r['M']}:{r['us']:.1f}" if "us" in r else f"M{r['M']}:ERR"
+                    for r in rows[-len(m_list) :]
+                )
+                + f"  ({time.time() - t0:.0f} s)"
+            )
+            save()
+    save()
+    log(markdown(meta, rows, m_list, methods))
+
+
+def markdown(meta, rows, m_list, methods):
+    out = [
+        f"# CUDA benchmark, {meta['date']}, {meta['device']}",
+        "",
+        f"commit `{meta['commit']}`; onnxruntime {meta['onnxruntime']}, torch {meta['torch']}; "
+        f"copy bandwidth {meta['copy_bandwidth_TBps']:.2f} TB/s (read + write). Command: `{meta['command']}`",
+        "",
+        "µs per layer (median of 5 timed batches of R CUDA-graph replays, synchronised at both ends; "
+        "each model holds L layers "
+        "with distinct weights reading one X); in brackets: % of the HBM floor (weights + X + Y bytes once "
+        "/ copy bandwidth). int4: block 128, symmetric, fp16 activations.",
+        "",
+    ]
+    by = {(r["K"], r["N"], r["M"], r["method"]): r for r in rows}
+    shapes = sorted(
+        {(r["K"], r["N"]) for r in rows},
+        key=lambda s: [tuple(x) for x in SHAPES].index(s) if s in SHAPES else 99,
+    )
+    for k, n in shapes:
+        out.append(f"## K={k}, N={n}")
+        out.append("")
+        out.append(
+            "| M | "
+            + " | ".join(methods)
+            + " | int4 vs MatMulNBits | int4 vs fp16 MatMul | fp8 vs torch fp16 |"
+        )
+        out.append("|---" * (len(methods) + 4) + "|")
+        for m in m_list:
+            cells = []
+            for meth in methods:
+                r = by.get((k, n, m, meth))
+                if r is None or "us" not in r:
+                    cells.append("err" if r is not None else "")
+                else:
+                    cells.append(f"{r['us']:.1f} ({r['pct_floor']:.0f}%)" + ("*" if "note" in r else ""))
+
+            def sp(a, b, k=k, n=n, m=m):
+                ra, rb = by.get((k, n, m, a)), by.get((k, n, m, b))
+                if ra and rb and "us" in ra and "us" in rb:
+                    return f"{rb['us'] / ra['us']:.2f}x"
+                return ""
+
+            out.append(
+                f"| {m} | " + " | ".join(cells) + f" | {sp('pyquant_int4', 'ort_matmulnbits')} | "
+                f"{sp('pyquant_int4', 'ort_matmul_fp16')} | {sp('pyquant_fp8', 'torch_fp16')} |"
+            )
+        out.append("")
+    out.append(
+        "Speedups are time(other) / time(ours): > 1 means ours is faster. `*`: torch._scaled_mm needs "
+        "M % 16 == 0, M padded up. torch_scaled_mm times the GEMM alone on pre-quantized X; "
+        "pyquant_fp8 includes its activation-quantization kernel."
+    )
+    errs = [r for r in rows if "error" in r]
+    if errs:
+        out.append("")
+        out.append(
+            "Errors: "
+            + "; ".join(f"{r['method']} {r['K']}x{r['N']} M={r['M']}: {r['error'][:120]}" for r in errs[:12])
+        )
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    main()

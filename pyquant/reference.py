@@ -87,7 +87,7 @@ def assert_within_limit(
     # Values at (within 2% of) or beyond T's largest finite value may round to +-inf in T.
     overflow = ~nan_ref & (np.abs(y_ref) >= 0.98 * _MAX_FINITE[dtype_name])
     if overflow.any():
-        assert np.array_equal(np.sign(y[overflow]), np.sign(y_ref[overflow])), "overflowing outputs change sign"
+        assert np.array_equal(np.sign(y[overflow]), np.sign(y_ref[overflow])), "overflow changed sign"
     ok = ~nan_ref & ~overflow
     bound = ERROR_ATOL[op][dtype_name] * mag[ok] + _ulp(y_ref[ok], dtype_name)
     err = np.abs(y[ok] - y_ref[ok])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import warnings
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,11 +21,16 @@ import onnxruntime as ort
 from pyquant._library import build_info, get_library_path
 
 _SHORT = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+# SessionOptions that already carry the library: registering twice makes ORT fail with "Domain
+# already set in registry" when a second session is created from the same options.
+_REGISTERED: weakref.WeakSet = weakref.WeakSet()
 
 
 def session_options(options: ort.SessionOptions | None = None) -> ort.SessionOptions:
     """Returns SessionOptions (new or the given ones) with the pyquant library registered."""
     so = options if options is not None else ort.SessionOptions()
+    if so in _REGISTERED:
+        return so
     path = get_library_path()
     try:
         so.register_custom_ops_library(path)
@@ -34,6 +40,7 @@ def session_options(options: ort.SessionOptions | None = None) -> ort.SessionOpt
             "The library needs onnxruntime >= 1.20 on the same platform it was built for; rebuild with "
             "`pip install --force-reinstall --no-deps .`."
         ) from e
+    _REGISTERED.add(so)
     return so
 
 

@@ -51,6 +51,55 @@ PYQUANT_INLINE void MicroKernelRows(const float* __restrict a, int64_t lda, cons
   for (int r = 0; r < R; ++r) StoreV(acc + r * kNr, c[r]);
 }
 
+// Two panels side by side (32 output columns): each broadcast A element feeds two FMAs, so a k step
+// is 2 panel loads + R broadcasts for 2R FMAs, instead of 1 + R loads for R FMAs -- the 8 x 16
+// tile was bound by the load ports (9 loads per 8 FMAs), this one by the FMA ports.
+template <int R>
+PYQUANT_INLINE void MicroKernelRows2(const float* __restrict a, int64_t lda, const float* __restrict bt0,
+                                     const float* __restrict bt1, int64_t kc, float* __restrict acc0,
+                                     float* __restrict acc1) {
+  V16 c0[R], c1[R];
+  for (int r = 0; r < R; ++r) {
+    c0[r] = LoadV(acc0 + r * kNr);
+    c1[r] = LoadV(acc1 + r * kNr);
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    const V16 b0 = LoadV(bt0 + k * kNr);
+    const V16 b1 = LoadV(bt1 + k * kNr);
+    for (int r = 0; r < R; ++r) {
+      const float av = a[r * lda + k];
+      c0[r] += av * b0;
+      c1[r] += av * b1;
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    StoreV(acc0 + r * kNr, c0[r]);
+    StoreV(acc1 + r * kNr, c1[r]);
+  }
+}
+
+// AVX-512 only: 2 x 8 zmm accumulators + 2 panel rows + a broadcast fit the 32 registers.
+PYQUANT_INLINE void MicroKernel2Body(const float* a, int64_t lda, int rows, const float* bt0, const float* bt1,
+                                     int64_t kc, float* acc0, float* acc1) {
+  while (rows > 0) {
+    const int r = std::min(rows, 8);
+    switch (r) {
+      case 8: MicroKernelRows2<8>(a, lda, bt0, bt1, kc, acc0, acc1); break;
+      case 7: MicroKernelRows2<7>(a, lda, bt0, bt1, kc, acc0, acc1); break;
+      case 6: MicroKernelRows2<6>(a, lda, bt0, bt1, kc, acc0, acc1); break;
+      case 5: MicroKernelRows2<5>(a, lda, bt0, bt1, kc, acc0, acc1); break;
+      case 4: MicroKernelRows2<4>(a, lda, bt0, bt1, kc, acc0, acc1); break;
+      case 3: MicroKernelRows2<3>(a, lda, bt0, bt1, kc, acc0, acc1); break;
+      case 2: MicroKernelRows2<2>(a, lda, bt0, bt1, kc, acc0, acc1); break;
+      default: MicroKernelRows2<1>(a, lda, bt0, bt1, kc, acc0, acc1); break;
+    }
+    a += r * lda;
+    acc0 += r * kNr;
+    acc1 += r * kNr;
+    rows -= r;
+  }
+}
+
 // kMaxR rows per register tile: 8 on AVX-512 (8 zmm accumulators hide the FMA latency), 4 where a
 // row takes two vectors (AVX2: 8 ymm accumulators; more would spill).
 template <int kMaxR>
@@ -111,6 +160,7 @@ PYQUANT_INLINE void DecodeFp8Body(const uint8_t* const* rows_in, const float* ta
 }
 
 using MicroKernelFn = void (*)(const float*, int64_t, int, const float*, int64_t, float*);
+using MicroKernel2Fn = void (*)(const float*, int64_t, int, const float*, const float*, int64_t, float*, float*);
 using DecodeInt4Fn = void (*)(const uint8_t* const*, const float*, const float*, int64_t, int64_t, float*);
 using DecodeFp8Fn = void (*)(const uint8_t* const*, const float*, const float*, int64_t, int64_t, float*);
 
@@ -128,34 +178,57 @@ using DecodeFp8Fn = void (*)(const uint8_t* const*, const float*, const float*, 
     DecodeFp8Body(rows, table, scale, sb, kc, bt);                                                             \
   }
 
+#define PYQUANT_DEFINE_KERNEL2_PAIR(SUFFIX, ATTR, MAX_R)                                                  \
+  ATTR void MicroKernel2##SUFFIX(const float* a, int64_t lda, int rows, const float* bt0, const float* bt1,   \
+                                 int64_t kc, float* acc0, float* acc1) {                                     \
+    MicroKernelBody<MAX_R>(a, lda, rows, bt0, kc, acc0);                                                     \
+    MicroKernelBody<MAX_R>(a, lda, rows, bt1, kc, acc1);                                                     \
+  }
+
 PYQUANT_DEFINE_KERNELS(Base, , 4)
+PYQUANT_DEFINE_KERNEL2_PAIR(Base, , 4)
 #ifdef PYQUANT_X86_DISPATCH
 PYQUANT_DEFINE_KERNELS(Avx2, PYQUANT_TARGET_AVX2, 4)
 PYQUANT_DEFINE_KERNELS(Avx512, PYQUANT_TARGET_AVX512, 8)
+PYQUANT_DEFINE_KERNEL2_PAIR(Avx2, PYQUANT_TARGET_AVX2, 4)  // 16 ymm: two single-panel passes
+PYQUANT_TARGET_AVX512 void MicroKernel2Avx512(const float* a, int64_t lda, int rows, const float* bt0,
+                                              const float* bt1, int64_t kc, float* acc0, float* acc1) {
+  MicroKernel2Body(a, lda, rows, bt0, bt1, kc, acc0, acc1);
+}
 #endif
 
 struct Kernels {
   MicroKernelFn micro;
+  MicroKernel2Fn micro2;
   DecodeInt4Fn int4;
   DecodeFp8Fn fp8;
 };
 
-Kernels PickKernels() {
+CpuIsaLevel PickIsa() {
 #ifdef PYQUANT_X86_DISPATCH
-  // PYQUANT_CPU_ISA=avx2|base caps the ISA (lets tests cover the other paths on an AVX-512 machine).
   const char* cap = std::getenv("PYQUANT_CPU_ISA");
   const std::string want = cap ? cap : "";
-  if (want == "base") return {MicroKernelBase, DecodeInt4Base, DecodeFp8Base};
+  if (want == "base") return CpuIsaLevel::kBase;
   __builtin_cpu_init();
   if (want != "avx2" && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq")) {
-    return {MicroKernelAvx512, DecodeInt4Avx512, DecodeFp8Avx512};
+    return CpuIsaLevel::kAvx512;
   }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    return {MicroKernelAvx2, DecodeInt4Avx2, DecodeFp8Avx2};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+    return CpuIsaLevel::kAvx2;
   }
 #endif
-  return {MicroKernelBase, DecodeInt4Base, DecodeFp8Base};
+  return CpuIsaLevel::kBase;
+}
+
+Kernels PickKernels() {
+  switch (CpuIsa()) {
+#ifdef PYQUANT_X86_DISPATCH
+    case CpuIsaLevel::kAvx512: return {MicroKernelAvx512, MicroKernel2Avx512, DecodeInt4Avx512, DecodeFp8Avx512};
+    case CpuIsaLevel::kAvx2: return {MicroKernelAvx2, MicroKernel2Avx2, DecodeInt4Avx2, DecodeFp8Avx2};
+#endif
+    default: return {MicroKernelBase, MicroKernel2Base, DecodeInt4Base, DecodeFp8Base};
+  }
 }
 
 const Kernels& K() {
@@ -165,8 +238,18 @@ const Kernels& K() {
 
 }  // namespace
 
+CpuIsaLevel CpuIsa() {
+  static const CpuIsaLevel isa = PickIsa();
+  return isa;
+}
+
 void MicroKernel(const float* a, int64_t lda, int rows, const float* bt, int64_t kc, float* acc) {
   K().micro(a, lda, rows, bt, kc, acc);
+}
+
+void MicroKernel2(const float* a, int64_t lda, int rows, const float* bt0, const float* bt1, int64_t kc, float* acc0,
+                  float* acc1) {
+  K().micro2(a, lda, rows, bt0, bt1, kc, acc0, acc1);
 }
 
 void DecodeInt4Panel(const uint8_t* const* rows, const float* scale, const float* zp, int64_t block_size,

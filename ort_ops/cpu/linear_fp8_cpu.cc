@@ -1,10 +1,12 @@
 // LinearFp8 on the CPU execution provider (see docs/ops.md and cpu/blocked_gemm.h).
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <vector>
 
 #include "cpu/blocked_gemm.h"
 #include "cpu/cpu_types.h"
+#include "cpu/gemv.h"
 #include "cpu/register_cpu.h"
 #include "ops/linear_fp8.h"
 
@@ -37,8 +39,13 @@ class LinearFp8Cpu final : public Kernel {
     const T* x = static_cast<const T*>(p.x);
 
     // 1. Quantize activations row by row (bit-exact rule of docs/ops.md); keep them as floats,
-    //    which hold every e4m3 value exactly.
-    std::vector<float> xq(static_cast<size_t>(m * k));
+    //    which hold every e4m3 value exactly. The small-M path wants them times 256 (exact; see
+    //    Fp8GemvParams) in rows padded with zeros to a multiple of 16.
+    const bool gemv = m > 0 && m <= GemvMaxM(kFp8GemvMaxM);
+    // (+16 floats: rows 64 bytes off a 4 KiB multiple apart, see matmul_int4_cpu.cc.)
+    const int64_t ldx = gemv ? (k + 15) / 16 * 16 + 16 : k;
+    const float x_mul = gemv ? 256.0f : 1.0f;
+    std::vector<float> xq(static_cast<size_t>(m * ldx), 0.0f);
     std::vector<float> s_x(static_cast<size_t>(m));
     const auto& table = Fp8Table();
     ParallelFor(ctx, static_cast<size_t>(m), [&](size_t row) {
@@ -49,14 +56,45 @@ class LinearFp8Cpu final : public Kernel {
         for (int64_t i = 0; i < k; ++i) amax = std::fmax(amax, std::fabs(ToFloat(xr[i])));
         rs = DynamicFp8RowScale(amax);
       }
-      float* out = xq.data() + static_cast<int64_t>(row) * k;
-      for (int64_t i = 0; i < k; ++i) out[i] = table[FloatToFp8E4M3Sat(ToFloat(xr[i]) * rs.inv)];
+      float* out = xq.data() + static_cast<int64_t>(row) * ldx;
+      for (int64_t i = 0; i < k; ++i) out[i] = table[FloatToFp8E4M3Sat(ToFloat(xr[i]) * rs.inv)] * x_mul;
       s_x[row] = rs.s_x;
     });
 
     // 2. Y = s_x * (xq · (w * s_w)^T) + bias.
     const T* bias = static_cast<const T*>(p.bias);
     T* y = static_cast<T*>(p.y);
+    if (gemv) {
+      Fp8GemvParams gp;
+      gp.xs = xq.data();
+      gp.x_stride = ldx;
+      gp.m = m;
+      gp.k = k;
+      gp.w = p.w;
+      gp.w_scale = p.w_scale;
+      gp.block_size = p.block_size;
+      gp.n_scale_blocks = p.n_scale_blocks;
+      const int64_t rows_per_task = GemvRowsPerTask(n, k);
+      const int64_t tasks = (n + rows_per_task - 1) / rows_per_task;
+      ParallelFor(ctx, static_cast<size_t>(tasks), [&](size_t t) {
+        const int64_t n0 = static_cast<int64_t>(t) * rows_per_task;
+        const int64_t n1 = std::min(n, n0 + rows_per_task);
+        thread_local std::vector<float> acc;  // [m, rows_per_task] float sums of this task
+        acc.resize(static_cast<size_t>(m * rows_per_task));
+        Fp8GemvRows(gp, n0, n1, acc.data(), rows_per_task);
+        for (int64_t mi = 0; mi < m; ++mi) {
+          const float* a = acc.data() + mi * rows_per_task;
+          const float sx = s_x[mi];
+          T* out = y + mi * n;
+          for (int64_t j = n0; j < n1; ++j) {
+            // Per-channel scale here (the kernel returns the raw sum); per-block ones are folded.
+            const float sum = p.block_size == 0 ? a[j - n0] * p.w_scale[j] : a[j - n0];
+            out[j] = FromFloat<T>(sum * sx + (bias ? ToFloat(bias[j]) : 0.0f));
+          }
+        }
+      });
+      return;
+    }
     // Scale rows per panel chunk: one row per (block within the chunk); per-channel scales are one
     // block as long as the chunk. Block sizes >= kKc are multiples of it, so a chunk never straddles.
     static const uint8_t kZeroRow[kKc] = {};

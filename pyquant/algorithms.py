@@ -134,3 +134,59 @@ def _int4_rtn(weight: torch.Tensor, config: Int4Config, stats: CalibrationStats 
 def _fp8_rtn(weight: torch.Tensor, config: Fp8Config, stats: CalibrationStats | None) -> Fp8Packed:
     w, s = layout.quantize_weight_fp8(weight.detach().float().cpu().numpy(), config.weight_block_size)
     return Fp8Packed(fp8_from_numpy(w), torch.from_numpy(np.ascontiguousarray(s)))
+
+
+# --- GPTQ-style error-compensating rounding for FP8 weights ------------------------------------------
+
+
+def _fp8_scales(weight: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Per-element float32 scale [N, K] of the RTN layout (amax / 448 per row or per row block)."""
+    n, k = weight.shape
+    bs = k if block_size == 0 else block_size
+    nb = -(-k // bs)
+    padded = torch.zeros(n, nb * bs, dtype=torch.float32)
+    padded[:, :k] = weight
+    amax = padded.reshape(n, nb, bs).abs().amax(dim=2)
+    scale = torch.where(amax == 0, torch.ones_like(amax), amax / layout.FP8_E4M3_MAX)
+    return scale if block_size else scale[:, 0]
+
+
+@register_weight_quantizer("fp8", "gptq", needs={"hessian"})
+def _fp8_gptq(
+    weight: torch.Tensor, config: Fp8Config, stats: CalibrationStats | None, damp: float = 0.01
+) -> Fp8Packed:
+    """GPTQ (Frantar et al. 2022) with the e4m3 grid: columns are rounded one at a time (scales fixed
+    from the RTN amax) and each rounding error is spread over the not yet rounded columns through the
+    inverse Hessian of the layer input (H = sum x x^T over calibration tokens), which minimises the
+    layer's output error instead of the weight error. Same packed layout as "rtn"."""
+    if stats is None or stats.hessian is None:
+        raise ValueError("fp8 'gptq' needs calibration statistics (hessian): pass calibration_data")
+    w = weight.detach().float().cpu().clone()
+    n, k = w.shape
+    bsz = config.weight_block_size
+    scale = _fp8_scales(w, bsz)
+    s_el = scale[:, None].expand(n, k) if bsz == 0 else scale.repeat_interleave(bsz, dim=1)[:, :k]
+    h = stats.hessian.detach().double().cpu().clone()
+    dead = torch.diag(h) == 0
+    h[dead, dead] = 1.0
+    w[:, dead] = 0.0
+    h += torch.eye(k, dtype=torch.float64) * (damp * float(torch.diag(h).mean()))
+    hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True).float()
+    fmax = layout.FP8_E4M3_MAX
+    q = torch.empty(n, k, dtype=torch.float8_e4m3fn)
+    blk = 128
+    for i1 in range(0, k, blk):
+        i2 = min(i1 + blk, k)
+        w1 = w[:, i1:i2].clone()
+        err1 = torch.zeros_like(w1)
+        hb = hinv[i1:i2, i1:i2]
+        for i in range(i2 - i1):
+            col = w1[:, i]
+            s = s_el[:, i1 + i]
+            qc = (col / s).clamp(-fmax, fmax).to(torch.float8_e4m3fn)
+            q[:, i1 + i] = qc
+            e = (col - qc.float() * s) / hb[i, i]
+            w1[:, i:] -= e[:, None] * hb[i, i:][None, :]
+            err1[:, i] = e
+        w[:, i2:] -= err1 @ hinv[i1:i2, i2:]
+    return Fp8Packed(q, scale.contiguous())

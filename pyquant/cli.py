@@ -36,7 +36,8 @@ def _load_quantized(args: argparse.Namespace):  # noqa: ANN202
     if args.keep_float:
         cfg.exclude = tuple(cfg.exclude) + tuple(args.keep_float)
     calib = None
-    if "static" in args.scheme:
+    default = cfg.default
+    if "static" in args.scheme or cfg.smoothing is not None or getattr(default, "algorithm", "rtn") != "rtn":
         from pyquant.eval import _Task
 
         calib = _Task(recipe, tok, quick=False, progress=False).calibration_data()

@@ -101,6 +101,11 @@ class QuantizeConfig:
       2. nothing (float) if it matches no ``include`` glob, matches an ``exclude`` glob, or
          ``filter(name, module)`` returns False;
       3. ``default``.
+
+    smoothing: None, or a SmoothQuant migration strength in [0, 1] (or "auto": chosen per layer group
+    by simulated FP8 output error) applied by ``pyquant.quantize`` before quantizing, folded into the
+    float model (``pyquant.smooth``; needs calibration data). Only groups feeding an FP8 layer are
+    smoothed.
     """
 
     default: LayerConfig = field(default_factory=Int4Config)
@@ -108,8 +113,15 @@ class QuantizeConfig:
     exclude: Sequence[str] = ()
     overrides: Mapping[str, LayerConfig] = field(default_factory=dict)
     filter: LayerFilter | None = None
+    smoothing: float | str | None = None
 
     def __post_init__(self) -> None:
+        sm = self.smoothing
+        if sm is not None and sm != "auto":
+            if isinstance(sm, bool) or not isinstance(sm, (int, float)) or not 0.0 <= sm <= 1.0:
+                raise ValueError(
+                    f"QuantizeConfig.smoothing must be None, 'auto' or a float in [0, 1], got {sm!r}"
+                )
         if isinstance(self.include, str) or isinstance(self.exclude, str):
             raise ValueError("QuantizeConfig.include / exclude must be sequences of glob patterns, not a str")
         for cfg in [self.default, *self.overrides.values()]:
@@ -140,6 +152,7 @@ class QuantizeConfig:
             "include": list(self.include),
             "exclude": list(self.exclude),
             "overrides": {k: _layer_to_dict(v) for k, v in self.overrides.items()},
+            "smoothing": self.smoothing,
         }
 
 
@@ -166,6 +179,7 @@ def config_from_dict(d: Mapping[str, Any]) -> QuantizeConfig:
         include=tuple(d.get("include", ("*",))),
         exclude=tuple(d.get("exclude", ())),
         overrides={k: _layer_from_dict(v) for k, v in d.get("overrides", {}).items()},
+        smoothing=d.get("smoothing"),
     )
 
 

@@ -200,7 +200,8 @@ def evaluate(
                 EvalResult(
                     model=recipe.name,
                     scheme=scheme,
-                    config=qcfg.default.describe(),
+                    config=qcfg.default.describe()
+                    + ("" if qcfg.smoothing is None else f" smoothing {qcfg.smoothing}"),
                     metric=task.name,
                     float_value=float_value,
                     quant_value=value,

@@ -46,6 +46,7 @@ class QuantizeSummary:
     skipped: dict[str, str] = field(default_factory=dict)  # name -> reason (only for layers a config chose)
     float_bytes: int = 0  # bytes of the replaced float weights
     packed_bytes: int = 0  # bytes of their packed replacements
+    smoothing: Any = None  # pyquant.smooth.SmoothReport when QuantizeConfig.smoothing was set
 
     def table(self) -> str:
         rows = [f"{'layer':60s} scheme"]
@@ -147,7 +148,7 @@ def quantize(
 ) -> nn.Module:
     """Replace the selected nn.Linear layers of ``model`` (in place) and return it.
 
-    calibration_data: batches for layers that need activation statistics (static FP8, or an
+    calibration_data: batches for layers that need activation statistics (static FP8, smoothing, or an
         algorithm declaring ``needs``); each batch is passed as model(**b), model(*b) or model(b),
         or to ``forward_fn(model, batch)``.
     """
@@ -184,6 +185,17 @@ def quantize(
             summary.skipped[name] = reason
             continue
         chosen[name] = (mod, cfg)
+
+    if qcfg.smoothing is not None:
+        if calibration_data is None:
+            raise ValueError("QuantizeConfig.smoothing needs calibration_data (pass it to pyquant.quantize)")
+        from pyquant.smooth import smooth_model
+
+        calibration_data = list(calibration_data)  # iterated again for the statistics below
+        fp8 = {n for n, (_, c) in chosen.items() if isinstance(c, Fp8Config)}
+        summary.smoothing = smooth_model(
+            model, calibration_data, qcfg.smoothing, forward_fn=forward_fn, layer_filter=fp8.__contains__
+        )
 
     needs: dict[str, frozenset[str]] = {}
     for name, (_, cfg) in chosen.items():
@@ -248,6 +260,7 @@ def quantize(
         prev.skipped.update({k: v for k, v in summary.skipped.items() if k not in prev.quantized})
         prev.float_bytes += summary.float_bytes
         prev.packed_bytes += summary.packed_bytes
+        prev.smoothing = summary.smoothing or prev.smoothing
         summary = prev
     model.pyquant_summary = summary
     log.info("pyquant: quantized %d layers, kept %d in float", len(summary.quantized), len(summary.skipped))

@@ -7,10 +7,14 @@ Scheme names (``ModelRecipe.quantize_config(scheme)``):
   int4-b<bs>[-asym]          block-wise INT4 RTN, e.g. int4-b64, int4-b128-asym
   fp8-channel / fp8-b<bs>    FP8 with per-channel / per-block (along K) weight scales
   ...-static                 FP8 with a calibrated per-tensor activation scale (else dynamic per token)
+  ...-gptq                   GPTQ-style error-compensating weight rounding (calibration data), e.g. fp8-gptq
+  ...-sq<alpha> / -sqauto    SmoothQuant-style smoothing folded into the float model before quantizing
+                             (pyquant.smooth), e.g. fp8-sq0.3, fp8-channel-gptq-sqauto; -sqnone: no smoothing
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Callable
@@ -63,12 +67,25 @@ class ModelRecipe:
     eval_settings: dict[str, Any] = field(default_factory=dict)
     loader: Callable[[], tuple[nn.Module, Any]] | None = None
     notes: str = ""
+    smoothing: dict[str, float | str] = field(default_factory=dict)  # tuned scheme -> smoothing alpha
 
     def quantize_config(self, scheme: str) -> QuantizeConfig | None:
-        cfg = parse_scheme(scheme, self.schemes)
+        m = re.fullmatch(r"(.*?)(-gptq)?(?:-sq(auto|none|\d*\.?\d+))?", scheme.strip().lower())
+        assert m is not None
+        base, gptq, sq = m.group(1), m.group(2), m.group(3)
+        cfg = parse_scheme(base, self.schemes)
         if cfg is None:
+            if gptq or sq:
+                raise ValueError(f"scheme {scheme!r}: -gptq / -sq need a quantized scheme")
             return None
-        return QuantizeConfig(default=cfg, exclude=self.keep_float)
+        if gptq:
+            if not isinstance(cfg, Fp8Config):
+                raise ValueError(f"scheme {scheme!r}: -gptq is implemented for FP8 only")
+            cfg = dataclasses.replace(cfg, algorithm="gptq")
+        smoothing: float | str | None = self.smoothing.get(base)
+        if sq is not None:
+            smoothing = None if sq == "none" else sq if sq == "auto" else float(sq)
+        return QuantizeConfig(default=cfg, exclude=self.keep_float, smoothing=smoothing)
 
     def load(self) -> tuple[nn.Module, Any]:
         """-> (float32 HF model in eval mode, tokenizer)."""

@@ -64,6 +64,9 @@ class ModelRecipe:
     metric: str  # "perplexity" (wiki) or "bbc" (accuracy + cosine similarity)
     keep_float: tuple[str, ...] = ()  # globs of nn.Linear layers never quantized
     schemes: dict[str, LayerConfig] = field(default_factory=dict)  # tuned "int4" / "fp8" defaults
+    # Globs of the feed-forward (MLP) linears: scheme suffix "-mlp" quantizes only these and keeps
+    # attention in float (mixed precision: see bench/results/2026-11-22-cpu-accuracy.md).
+    mlp_layers: tuple[str, ...] = ()
     eval_settings: dict[str, Any] = field(default_factory=dict)
     loader: Callable[[], tuple[nn.Module, Any]] | None = None
     notes: str = ""
@@ -73,6 +76,11 @@ class ModelRecipe:
         m = re.fullmatch(r"(.*?)(-gptq)?(?:-sq(auto|none|\d*\.?\d+))?", scheme.strip().lower())
         assert m is not None
         base, gptq, sq = m.group(1), m.group(2), m.group(3)
+        include: tuple[str, ...] = ("*",)
+        if base.endswith("-mlp"):
+            if not self.mlp_layers:
+                raise ValueError(f"scheme {scheme!r}: recipe {self.name!r} defines no MLP layers for -mlp")
+            base, include = base[: -len("-mlp")], self.mlp_layers
         cfg = parse_scheme(base, self.schemes)
         if cfg is None:
             if gptq or sq:
@@ -85,7 +93,7 @@ class ModelRecipe:
         smoothing: float | str | None = self.smoothing.get(base)
         if sq is not None:
             smoothing = None if sq == "none" else sq if sq == "auto" else float(sq)
-        return QuantizeConfig(default=cfg, exclude=self.keep_float, smoothing=smoothing)
+        return QuantizeConfig(default=cfg, include=include, exclude=self.keep_float, smoothing=smoothing)
 
     def load(self) -> tuple[nn.Module, Any]:
         """-> (float32 HF model in eval mode, tokenizer)."""
@@ -154,6 +162,7 @@ SMOLLM2 = ModelRecipe(
     # lm_head shares its weight with the token embedding (tie_word_embeddings), so quantizing it
     # would add a second copy of the largest matrix instead of saving memory; it stays float.
     keep_float=("lm_head",),
+    mlp_layers=("*.mlp.*",),
     schemes={
         "int4": Int4Config(block_size=128, symmetric=True),
         # per-channel weight scales: per-block (128 along K) measured no better on this model, because

@@ -19,8 +19,12 @@
 // cpu/gemv_avx512.cc, cpu/gemv_avx2.cc (intrinsics) and cpu/gemv_base.cc (portable C++).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <vector>
+
+#include "cpu/parallel.h"
 
 namespace pyquant {
 
@@ -73,6 +77,28 @@ inline int64_t GemvRowsPerTask(int64_t n, int64_t row_bytes) {
   if (r < min_rows) r = min_rows;
   if (r > 128) r = 128;
   return (r + 3) / 4 * 4;
+}
+
+// Runs the small-M path over tasks of GemvRowsPerTask output columns (rows of B / W):
+//   rows(n0, n1, acc, ld_acc) fills acc[mi * ld_acc + (j - n0)] (mi < m, n0 <= j < n1) with the
+//   float sums of output column j for row mi of X; store(mi, j, sum) then writes Y[mi, j].
+// Shared by MatMulInt4 and LinearFp8 so that both split and reduce work the same way.
+template <typename Rows, typename Store>
+void RunGemvTasks(OrtKernelContext* ctx, int64_t m, int64_t n, int64_t row_bytes, const Rows& rows,
+                  const Store& store) {
+  const int64_t rows_per_task = GemvRowsPerTask(n, row_bytes);
+  const int64_t tasks = (n + rows_per_task - 1) / rows_per_task;
+  ParallelFor(ctx, static_cast<size_t>(tasks), [&](size_t t) {
+    const int64_t n0 = static_cast<int64_t>(t) * rows_per_task;
+    const int64_t n1 = std::min(n, n0 + rows_per_task);
+    thread_local std::vector<float> acc;  // [m, rows_per_task] float sums of this task
+    acc.resize(static_cast<size_t>(m * rows_per_task));
+    rows(n0, n1, acc.data(), rows_per_task);
+    for (int64_t mi = 0; mi < m; ++mi) {
+      const float* a = acc.data() + mi * rows_per_task;
+      for (int64_t j = n0; j < n1; ++j) store(mi, j, a[j - n0]);
+    }
+  });
 }
 
 // Largest M that takes the small-M path, per op (measured on the 2-core AVX-512 bench machine,

@@ -74,25 +74,13 @@ class LinearFp8Cpu final : public Kernel {
       gp.w_scale = p.w_scale;
       gp.block_size = p.block_size;
       gp.n_scale_blocks = p.n_scale_blocks;
-      const int64_t rows_per_task = GemvRowsPerTask(n, k);
-      const int64_t tasks = (n + rows_per_task - 1) / rows_per_task;
-      ParallelFor(ctx, static_cast<size_t>(tasks), [&](size_t t) {
-        const int64_t n0 = static_cast<int64_t>(t) * rows_per_task;
-        const int64_t n1 = std::min(n, n0 + rows_per_task);
-        thread_local std::vector<float> acc;  // [m, rows_per_task] float sums of this task
-        acc.resize(static_cast<size_t>(m * rows_per_task));
-        Fp8GemvRows(gp, n0, n1, acc.data(), rows_per_task);
-        for (int64_t mi = 0; mi < m; ++mi) {
-          const float* a = acc.data() + mi * rows_per_task;
-          const float sx = s_x[mi];
-          T* out = y + mi * n;
-          for (int64_t j = n0; j < n1; ++j) {
+      RunGemvTasks(
+          ctx, m, n, k, [&](int64_t n0, int64_t n1, float* acc, int64_t ld_acc) { Fp8GemvRows(gp, n0, n1, acc, ld_acc); },
+          [&](int64_t mi, int64_t j, float sum) {
             // Per-channel scale here (the kernel returns the raw sum); per-block ones are folded.
-            const float sum = p.block_size == 0 ? a[j - n0] * p.w_scale[j] : a[j - n0];
-            out[j] = FromFloat<T>(sum * sx + (bias ? ToFloat(bias[j]) : 0.0f));
-          }
-        }
-      });
+            const float s = p.block_size == 0 ? sum * p.w_scale[j] : sum;
+            y[mi * n + j] = FromFloat<T>(s * s_x[mi] + (bias ? ToFloat(bias[j]) : 0.0f));
+          });
       return;
     }
     // Scale rows per panel chunk: one row per (block within the chunk); per-channel scales are one

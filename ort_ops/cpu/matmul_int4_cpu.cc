@@ -114,20 +114,10 @@ class MatMulInt4Cpu final : public Kernel {
     gp.block_size = bs;
     const T* bias = static_cast<const T*>(p.bias);
     T* y = static_cast<T*>(p.y);
-    const int64_t rows_per_task = GemvRowsPerTask(n, Int4RowBytes(k, bs));
-    const int64_t tasks = (n + rows_per_task - 1) / rows_per_task;
-    ParallelFor(ctx, static_cast<size_t>(tasks), [&](size_t t) {
-      const int64_t n0 = static_cast<int64_t>(t) * rows_per_task;
-      const int64_t n1 = std::min(n, n0 + rows_per_task);
-      thread_local std::vector<float> acc;  // [m, rows_per_task] float sums of this task
-      acc.resize(static_cast<size_t>(m * rows_per_task));
-      Int4GemvRows(gp, n0, n1, acc.data(), rows_per_task);
-      for (int64_t mi = 0; mi < m; ++mi) {
-        const float* a = acc.data() + mi * rows_per_task;
-        T* out = y + mi * n;
-        for (int64_t j = n0; j < n1; ++j) out[j] = FromFloat<T>(a[j - n0] + (bias ? ToFloat(bias[j]) : 0.0f));
-      }
-    });
+    RunGemvTasks(
+        ctx, m, n, Int4RowBytes(k, bs),
+        [&](int64_t n0, int64_t n1, float* acc, int64_t ld_acc) { Int4GemvRows(gp, n0, n1, acc, ld_acc); },
+        [&](int64_t mi, int64_t j, float sum) { y[mi * n + j] = FromFloat<T>(sum + (bias ? ToFloat(bias[j]) : 0.0f)); });
   }
 
   MatMulInt4Attrs attrs_;

@@ -20,18 +20,47 @@ namespace pyquant {
 // (default kInt4TiledMinM; PYQUANT_INT4_TILED_MIN_M overrides it per kernel creation, for
 // benchmarks).
 //
-// ws: device scratch for the split-K sums of the tiled kernel (MatMulInt4WorkspaceBytes bytes;
-// M * N floats when a split is used, else 0). With less, the kernel runs without split-K.
+// sm90: on a compute-capability-9.0 GPU, when the library was built with the sm_90a kernels
+// (PYQUANT_WITH_SM90) and the node prepared them (PrepareMatMulInt4Sm90), M >= sm90_min_m runs the
+// CUTLASS mixed-input wgmma GEMM (sm90/int4_gemm_sm90.h; block_size 64/128/256, K and N % 8 == 0).
+//
+// ws: device scratch (MatMulInt4WorkspaceBytes bytes): the split-K sums of the tiled kernel
+// (M * N floats when a split is used) or the sm90 GEMM's stream-K partial tiles. With less, the
+// tiled kernel runs without split-K and the sm90 GEMM is not used.
 constexpr int64_t kInt4TiledMinM = 65;
+constexpr int64_t kInt4Sm90MinM = 17;
 struct Int4Workspace {
   void* data = nullptr;
   size_t bytes = 0;
 };
+// Inputs of the sm90 GEMM that the node derives once from constant scales / zero points:
+// scales_t [n_blocks, N] T = scales transposed, zeros_t [n_blocks, N] T = -zp * scale.
+struct Int4Sm90Prepared {
+  const void* scales_t = nullptr;
+  const void* zeros_t = nullptr;
+  int64_t min_m = kInt4Sm90MinM;
+};
 template <typename T>
-size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m = kInt4TiledMinM);
+size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m = kInt4TiledMinM,
+                                const Int4Sm90Prepared* sm90 = nullptr);
 template <typename T>
 cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, int64_t tiled_min_m = kInt4TiledMinM,
-                             Int4Workspace ws = {});
+                             Int4Workspace ws = {}, const Int4Sm90Prepared* sm90 = nullptr);
+
+// True when this build has the sm90 GEMM, the current device is compute capability 9.0, and the
+// problem's shape / type / block size suit it (pointers aside): worth preparing for.
+template <typename T>
+bool MatMulInt4Sm90Candidate(const MatMulInt4Problem& p);
+// Bytes PrepareMatMulInt4Sm90 writes at `dst` (16-byte aligned pieces).
+template <typename T>
+size_t MatMulInt4Sm90PreparedBytes(const MatMulInt4Problem& p);
+// Writes scales_t / zeros_t for p's scales and zero points at dst and checks them: *usable is
+// false when a scale is not finite or -zp * scale overflows T (then the portable kernels keep
+// exact IEEE semantics). Synchronizes `stream` once to read the check; must not be called during
+// CUDA graph capture. out->scales_t / zeros_t point into dst.
+template <typename T>
+cudaError_t PrepareMatMulInt4Sm90(const MatMulInt4Problem& p, void* dst, cudaStream_t stream, Int4Sm90Prepared* out,
+                                  bool* usable);
 template <typename T>
 cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream);
 
@@ -39,5 +68,7 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 bool CudaForceReferenceKernels();
 // PYQUANT_INT4_TILED_MIN_M if set, else kInt4TiledMinM.
 int64_t CudaInt4TiledMinM();
+// PYQUANT_INT4_SM90_MIN_M if set, else kInt4Sm90MinM (a huge value disables the sm90 GEMM).
+int64_t CudaInt4Sm90MinM();
 
 }  // namespace pyquant

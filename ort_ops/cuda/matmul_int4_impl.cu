@@ -31,10 +31,14 @@
 // the tiled kernel runs at ~170 TFLOP/s at M = 4096, 3-4x behind cuBLAS fp16: a wgmma / CUTLASS
 // mixed-input mainloop is the missing piece for prefill.
 #include <algorithm>
+#include <mutex>
 #include <type_traits>
 
 #include "cuda/matmul_int4.h"
 #include "cuda/matmul_int4_impl.cuh"
+#if PYQUANT_WITH_SM90
+#include "cuda/sm90/int4_gemm_sm90.h"
+#endif
 
 namespace pyquant {
 
@@ -427,14 +431,73 @@ int Log2(int64_t v) {
 
 // Which fast kernel serves a problem, or none (-> reference kernel).
 // kSmallM8Smem is not selected (see kSmemX above).
-enum class Int4Path { kRef, kSmallM8Smem, kSmallM8, kSmallM16, kSmallM32, kSmallM64, kTiled };
+enum class Int4Path { kRef, kSmallM8Smem, kSmallM8, kSmallM16, kSmallM32, kSmallM64, kTiled, kSm90 };
+
+// Compute capability 9.0 (the sm_90a code runs there only), asked once per device.
+bool CurrentDeviceIsSm90() {
+  static std::mutex mu;
+  static signed char cached[64] = {};  // 0 unknown, 1 yes, -1 no
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  std::lock_guard<std::mutex> lock(mu);
+  if (cached[dev] == 0) {
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    cached[dev] = (major == 9 && minor == 0) ? 1 : -1;
+  }
+  return cached[dev] == 1;
+}
+
+#if PYQUANT_WITH_SM90
+template <typename T>
+sm90::Int4GemmArgs Sm90Args(const MatMulInt4Problem& p, const Int4Sm90Prepared* sm90) {
+  sm90::Int4GemmArgs a;
+  a.x = p.x;
+  a.b = p.b;
+  a.scales_t = sm90 ? sm90->scales_t : nullptr;
+  a.zeros_t = sm90 ? sm90->zeros_t : nullptr;
+  a.bias = p.bias;
+  a.y = p.y;
+  a.m = static_cast<int>(p.m);
+  a.n = static_cast<int>(p.attrs.n);
+  a.k = static_cast<int>(p.attrs.k);
+  a.block_size = static_cast<int>(p.attrs.block_size);
+  a.row_bytes = static_cast<int>(Int4RowBytes(p.attrs.k, p.attrs.block_size));
+  cudaGetDevice(&a.device);
+  return a;
+}
+#endif
+
+// The shape / type part of the sm90 decision (pointers aside).
+template <typename T>
+bool Sm90ShapeOk(const MatMulInt4Problem& p) {
+#if PYQUANT_WITH_SM90
+  if constexpr (std::is_same<T, float>::value) {
+    return false;
+  } else {
+    const auto& a = p.attrs;
+    const bool block_ok = a.block_size == 64 || a.block_size == 128 || a.block_size == 256;
+    return block_ok && a.k % 8 == 0 && a.n % 8 == 0 && p.m < (int64_t{1} << 31) && CurrentDeviceIsSm90();
+  }
+#else
+  (void)p;
+  return false;
+#endif
+}
 
 template <typename T>
-Int4Path ChooseInt4Path(const MatMulInt4Problem& p, int64_t tiled_min_m) {
+Int4Path ChooseInt4Path(const MatMulInt4Problem& p, int64_t tiled_min_m, const Int4Sm90Prepared* sm90 = nullptr) {
   if constexpr (std::is_same<T, float>::value) {
     return Int4Path::kRef;  // float32 X: no fp32 tensor-core path (yet)
   } else {
     const auto& a = p.attrs;
+#if PYQUANT_WITH_SM90
+    if (sm90 != nullptr && sm90->scales_t != nullptr && p.m >= sm90->min_m && Sm90ShapeOk<T>(p) &&
+        sm90::Int4GemmSupported(Sm90Args<T>(p, sm90))) {
+      return Int4Path::kSm90;
+    }
+#endif
     if (a.block_size < 32) return Int4Path::kRef;  // a thread's 32 codes must share one scale
     if (a.k % 8 != 0) return Int4Path::kRef;       // 16-byte rows of X
     if (!Aligned16(p.x) || !Aligned16(p.b)) return Int4Path::kRef;
@@ -465,15 +528,33 @@ static int TiledSplitK(const MatMulInt4Problem& p) {
 }
 
 template <typename T>
-size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m) {
-  if (p.m == 0 || ChooseInt4Path<T>(p, tiled_min_m) != Int4Path::kTiled || TiledSplitK(p) < 2) return 0;
+size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m, const Int4Sm90Prepared* sm90) {
+  if (p.m == 0) return 0;
+  const Int4Path path = ChooseInt4Path<T>(p, tiled_min_m, sm90);
+#if PYQUANT_WITH_SM90
+  if (path == Int4Path::kSm90) {
+    return sm90::Int4GemmWorkspaceBytes(Sm90Args<T>(p, sm90), std::is_same<T, __nv_bfloat16>::value);
+  }
+#endif
+  if (path != Int4Path::kTiled || TiledSplitK(p) < 2) return 0;
   return static_cast<size_t>(p.m * p.attrs.n) * sizeof(float);
 }
 
 template <typename T>
-cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, int64_t tiled_min_m, Int4Workspace ws) {
+cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, int64_t tiled_min_m, Int4Workspace ws,
+                             const Int4Sm90Prepared* sm90) {
   if (p.m == 0) return cudaSuccess;
-  const Int4Path path = ChooseInt4Path<T>(p, tiled_min_m);
+  Int4Path path = ChooseInt4Path<T>(p, tiled_min_m, sm90);
+#if PYQUANT_WITH_SM90
+  if (path == Int4Path::kSm90) {
+    const sm90::Int4GemmArgs args = Sm90Args<T>(p, sm90);
+    const bool bf16 = std::is_same<T, __nv_bfloat16>::value;
+    if (sm90::Int4GemmWorkspaceBytes(args, bf16) <= ws.bytes) {
+      return sm90::LaunchInt4Gemm(args, bf16, ws.data, ws.bytes, stream);
+    }
+    path = ChooseInt4Path<T>(p, tiled_min_m, nullptr);  // not enough scratch: portable kernels
+  }
+#endif
   if (path == Int4Path::kRef) return LaunchMatMulInt4Ref<T>(p, stream);
   if constexpr (!std::is_same<T, float>::value) {
     const auto& a = p.attrs;
@@ -533,10 +614,76 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
   return cudaGetLastError();
 }
 
-#define PYQUANT_INSTANTIATE(T)                                                                               \
-  template cudaError_t LaunchMatMulInt4<T>(const MatMulInt4Problem&, cudaStream_t, int64_t, Int4Workspace); \
-  template size_t MatMulInt4WorkspaceBytes<T>(const MatMulInt4Problem&, int64_t);                          \
-  template cudaError_t LaunchMatMulInt4Ref<T>(const MatMulInt4Problem&, cudaStream_t);
+// ---------------------------------------------------------------------------------------------
+// sm90 GEMM preparation: scales [N, nb] -> scales_t [nb, N], zeros_t [nb, N] = -zp * s in T
+// (one thread per (n, block); coalesced writes, strided reads of a tensor 1/64 of B's size).
+// bad: set to 1 when a scale is not finite or -zp * s is not finite in T.
+// ---------------------------------------------------------------------------------------------
+template <typename T>
+__global__ void int4_prepare_sm90_kernel(const T* __restrict__ scales, const uint8_t* __restrict__ zp,
+                                         T* __restrict__ scales_t, T* __restrict__ zeros_t, int n, int nb,
+                                         int zp_row_bytes, int* __restrict__ bad) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;  // i = blk * n + col
+  if (i >= int64_t(n) * nb) return;
+  const int col = static_cast<int>(i % n), blk = static_cast<int>(i / n);
+  const T s = scales[int64_t(col) * nb + blk];
+  const int z = zp ? Int4ZeroPointAt(zp + int64_t(col) * zp_row_bytes, blk) : kInt4SymmetricZeroPoint;
+  const float sf = LoadF(&s, 0);
+  const T zt = StoreT<T>(-float(z) * sf);
+  scales_t[i] = s;
+  zeros_t[i] = zt;
+  if (!isfinite(sf) || !isfinite(LoadF(&zt, 0))) atomicOr(bad, 1);
+}
+
+namespace {
+size_t AlignUp256(size_t v) { return (v + 255) & ~size_t{255}; }
+}  // namespace
+
+template <typename T>
+bool MatMulInt4Sm90Candidate(const MatMulInt4Problem& p) {
+  return Sm90ShapeOk<T>(p);
+}
+
+template <typename T>
+size_t MatMulInt4Sm90PreparedBytes(const MatMulInt4Problem& p) {
+  const size_t one = AlignUp256(static_cast<size_t>(p.attrs.n * p.attrs.n_blocks()) * sizeof(T));
+  return 2 * one + 256;  // scales_t, zeros_t, the check flag
+}
+
+template <typename T>
+cudaError_t PrepareMatMulInt4Sm90(const MatMulInt4Problem& p, void* dst, cudaStream_t stream, Int4Sm90Prepared* out,
+                                  bool* usable) {
+  *usable = false;
+  const size_t one = AlignUp256(static_cast<size_t>(p.attrs.n * p.attrs.n_blocks()) * sizeof(T));
+  T* st = static_cast<T*>(dst);
+  T* zt = reinterpret_cast<T*>(static_cast<char*>(dst) + one);
+  int* bad = reinterpret_cast<int*>(static_cast<char*>(dst) + 2 * one);
+  cudaError_t e = cudaMemsetAsync(bad, 0, sizeof(int), stream);
+  if (e != cudaSuccess) return e;
+  const int n = static_cast<int>(p.attrs.n), nb = static_cast<int>(p.attrs.n_blocks());
+  const int64_t total = int64_t(n) * nb;
+  int4_prepare_sm90_kernel<T><<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(
+      static_cast<const T*>(p.scales), p.zero_points, st, zt, n, nb,
+      static_cast<int>(Int4ZeroPointRowBytes(p.attrs.k, p.attrs.block_size)), bad);
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  int host_bad = 1;
+  if ((e = cudaMemcpyAsync(&host_bad, bad, sizeof(int), cudaMemcpyDeviceToHost, stream)) != cudaSuccess) return e;
+  if ((e = cudaStreamSynchronize(stream)) != cudaSuccess) return e;
+  out->scales_t = st;
+  out->zeros_t = zt;
+  *usable = host_bad == 0;
+  return cudaSuccess;
+}
+
+#define PYQUANT_INSTANTIATE(T)                                                                                 \
+  template cudaError_t LaunchMatMulInt4<T>(const MatMulInt4Problem&, cudaStream_t, int64_t, Int4Workspace,    \
+                                           const Int4Sm90Prepared*);                                           \
+  template size_t MatMulInt4WorkspaceBytes<T>(const MatMulInt4Problem&, int64_t, const Int4Sm90Prepared*);    \
+  template cudaError_t LaunchMatMulInt4Ref<T>(const MatMulInt4Problem&, cudaStream_t);                        \
+  template bool MatMulInt4Sm90Candidate<T>(const MatMulInt4Problem&);                                         \
+  template size_t MatMulInt4Sm90PreparedBytes<T>(const MatMulInt4Problem&);                                   \
+  template cudaError_t PrepareMatMulInt4Sm90<T>(const MatMulInt4Problem&, void*, cudaStream_t, Int4Sm90Prepared*, \
+                                                bool*);
 PYQUANT_INSTANTIATE(float)
 PYQUANT_INSTANTIATE(__half)
 PYQUANT_INSTANTIATE(__nv_bfloat16)

@@ -20,6 +20,11 @@ class MatMulInt4Cuda final : public Kernel {
   explicit MatMulInt4Cuda(const OrtKernelInfo* info)
       : attrs_(ReadMatMulInt4Attrs(info)), force_ref_(CudaForceReferenceKernels()), tiled_min_m_(CudaInt4TiledMinM()) {
     CheckMatMulInt4Constants(info, attrs_, kType);
+    // The sm90 GEMM's transposed scales / zeros are derived once, so only from constant inputs
+    // (initializers); scales fed at run time keep the portable kernels.
+    GetConstantInput(info, kI4Scales, &scales_constant_);
+    GetConstantInput(info, kI4ZeroPoints, &zp_constant_);  // false also when absent: checked per call
+    sm90_.min_m = CudaInt4Sm90MinM();
   }
   void Compute(OrtKernelContext* ctx) override {
     const MatMulInt4Problem p = BindMatMulInt4(ctx, attrs_, kType);
@@ -29,23 +34,49 @@ class MatMulInt4Cuda final : public Kernel {
       ThrowOnCudaError(LaunchMatMulInt4Ref<T>(p, stream), "MatMulInt4 kernel launch");
       return;
     }
-    // Split-K scratch of the tiled kernel (M * N floats when used): owned by the node.
-    const size_t need = MatMulInt4WorkspaceBytes<T>(p, tiled_min_m_);
     std::lock_guard<std::mutex> lock(mu_);
+    const Int4Sm90Prepared* sm90 = PreparedSm90(p, stream);
+    // Scratch (split-K sums of the tiled kernel, or the sm90 GEMM's stream-K partials): node-owned.
+    const size_t need = MatMulInt4WorkspaceBytes<T>(p, tiled_min_m_, sm90);
     Int4Workspace ws;
     if (need) {
       ws.data = scratch_.Get(need, stream, "MatMulInt4");
       ws.bytes = scratch_.capacity();
     }
-    ThrowOnCudaError(LaunchMatMulInt4<T>(p, stream, tiled_min_m_, ws), "MatMulInt4 kernel launch");
+    ThrowOnCudaError(LaunchMatMulInt4<T>(p, stream, tiled_min_m_, ws, sm90), "MatMulInt4 kernel launch");
   }
 
  private:
+  // The sm90 GEMM's prepared inputs, or nullptr (portable kernels). Prepared on the first call
+  // that could use them (never during CUDA graph capture: it synchronizes once), again only if
+  // ORT hands us other scale / zero-point buffers. Caller holds mu_.
+  const Int4Sm90Prepared* PreparedSm90(const MatMulInt4Problem& p, cudaStream_t stream) {
+    if (!scales_constant_ || (p.zero_points != nullptr && !zp_constant_)) return nullptr;
+    if (p.m < sm90_.min_m || !MatMulInt4Sm90Candidate<T>(p)) return nullptr;
+    if (prepared_for_scales_ != p.scales || prepared_for_zp_ != p.zero_points) {
+      cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+      ThrowOnCudaError(cudaStreamIsCapturing(stream, &cap), "cudaStreamIsCapturing");
+      if (cap != cudaStreamCaptureStatusNone) return nullptr;
+      void* dst = prepared_.Get(MatMulInt4Sm90PreparedBytes<T>(p), stream, "MatMulInt4 (sm90 scales)");
+      ThrowOnCudaError(PrepareMatMulInt4Sm90<T>(p, dst, stream, &sm90_, &sm90_usable_), "MatMulInt4 sm90 preparation");
+      prepared_for_scales_ = p.scales;
+      prepared_for_zp_ = p.zero_points;
+    }
+    return sm90_usable_ ? &sm90_ : nullptr;
+  }
+
   MatMulInt4Attrs attrs_;
   bool force_ref_;
   int64_t tiled_min_m_;
+  bool scales_constant_ = false;
+  bool zp_constant_ = false;
   std::mutex mu_;
   DeviceScratch scratch_;
+  DeviceScratch prepared_;
+  Int4Sm90Prepared sm90_;
+  bool sm90_usable_ = false;
+  const void* prepared_for_scales_ = nullptr;
+  const void* prepared_for_zp_ = nullptr;
 };
 
 }  // namespace
@@ -58,6 +89,11 @@ bool CudaForceReferenceKernels() {
 int64_t CudaInt4TiledMinM() {
   const char* v = std::getenv("PYQUANT_INT4_TILED_MIN_M");
   return v != nullptr && *v ? std::strtoll(v, nullptr, 10) : kInt4TiledMinM;
+}
+
+int64_t CudaInt4Sm90MinM() {
+  const char* v = std::getenv("PYQUANT_INT4_SM90_MIN_M");
+  return v != nullptr && *v ? std::strtoll(v, nullptr, 10) : kInt4Sm90MinM;
 }
 
 namespace {

@@ -1,0 +1,49 @@
+// Hopper (sm_90a) MatMulInt4 GEMM for prefill-sized M: a CUTLASS 3.x mixed-input wgmma kernel
+// (int4 weights decoded in registers, fp16/bf16 activations through TMA, fp32 accumulators).
+// Plain header: no CUTLASS types, so the portable launcher (matmul_int4_impl.cu, all archs) can
+// call it; the definitions live in int4_gemm_sm90.cu, compiled for sm_90a only and present when
+// PYQUANT_WITH_SM90 is defined.
+//
+// The kernel reads MatMulInt4's B in place (our layout is already what it wants: N rows of K
+// codes, two per byte, low nibble first = K-major uint4). What it cannot read in place are the
+// scales: CUTLASS wants them MN-major ([n_blocks, N]) and applies zero points as an additive
+// term, w = q * s + z, so the op prepares, once per node, scales_t[g, n] = s[n, g] and
+// zeros_t[g, n] = -zp[n, g] * s[n, g] rounded to T (2 x the scales' bytes, ~6 % of the packed
+// weights at block 128). That is one more fp16 rounding than the documented (q - zp) * s; the
+// error it adds (|z| * 2^-11 per weight) is far inside the op's error limit (docs/ops.md), and
+// scales that would overflow or are not finite make the op keep the portable kernels
+// (Int4PrepareSm90 reports them).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace pyquant {
+namespace sm90 {
+
+struct Int4GemmArgs {
+  const void* x = nullptr;         // [M, K] T (row-major, K % 8 == 0, 16-byte aligned)
+  const uint8_t* b = nullptr;      // [N, row_bytes] packed codes (MatMulInt4 layout), 16-byte aligned
+  const void* scales_t = nullptr;  // [n_blocks, N] T
+  const void* zeros_t = nullptr;   // [n_blocks, N] T, -zp * s
+  const void* bias = nullptr;      // [N] T or nullptr
+  void* y = nullptr;               // [M, N] T
+  int m = 0, n = 0, k = 0;
+  int block_size = 0;  // 64, 128 or 256 (a multiple of the kernel's 64-wide K tile)
+  int row_bytes = 0;   // bytes of one B row = n_blocks * block_size / 2
+  int device = 0;      // CUDA device ordinal of the pointers
+};
+
+// Shapes and alignments the kernel covers (the caller falls back to the portable kernels
+// otherwise): block_size in {64, 128, 256}, K % 8 == 0, N % 8 == 0, 16-byte aligned x/b/y/bias.
+bool Int4GemmSupported(const Int4GemmArgs& a);
+// Device scratch bytes LaunchInt4Gemm needs (stream-K partial tiles); may be 0.
+size_t Int4GemmWorkspaceBytes(const Int4GemmArgs& a, bool bf16);
+// Runs y = x * dequant(b)^T + bias on `stream`. bf16 selects __nv_bfloat16 (else __half) for T.
+cudaError_t LaunchInt4Gemm(const Int4GemmArgs& a, bool bf16, void* workspace, size_t workspace_bytes,
+                           cudaStream_t stream);
+
+}  // namespace sm90
+}  // namespace pyquant

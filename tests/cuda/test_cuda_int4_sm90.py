@@ -1,0 +1,98 @@
+"""MatMulInt4's Hopper path (ort_ops/cuda/sm90/int4_gemm_sm90.cu: CUTLASS mixed-input wgmma GEMM
+with stream-K) against the float64 reference, on the shapes that walk its tile configurations and
+edges: M across the narrow (<= 64) / wide tiles and partial tiles, N a multiple of 8 but not of
+the 128-row tile, K with a partial last block, block sizes 64 / 128 / 256, symmetric and
+asymmetric (random codes and zero points over 0..15), with and without bias, fp16 and bf16.
+
+On a GPU other than compute capability 9.0 (or a build without the sm90 kernels) these run the
+portable kernels, which must pass the same checks. Outputs are poisoned (NaN) before each run.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from tests.cuda.test_cuda_ops import _as_t, _check_int4, _int4_case, _session, run_cuda
+
+pytestmark = pytest.mark.cuda
+
+SM90_M = [17, 64, 65, 128, 255, 256, 4097]
+
+
+def _sm90_session(model, min_m: int | None = None):
+    if min_m is not None:
+        os.environ["PYQUANT_INT4_SM90_MIN_M"] = str(min_m)
+    try:
+        return _session(model)
+    finally:
+        os.environ.pop("PYQUANT_INT4_SM90_MIN_M", None)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("bs", [64, 128, 256])
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("kn", [(4096, 520), (1000, 264), (2048, 200)])
+def test_int4_sm90_shapes(rng, dtype, bs, symmetric, kn):
+    k, n = kn
+    with_bias = bool(rng.integers(0, 2))
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, with_bias)
+    sess = _sm90_session(model)
+    _check_int4(sess, rng, SM90_M, k, n, bs, dtype, b, scales_t, zp, bias_t)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_int4_sm90_from_m1(rng, dtype):
+    """The Hopper GEMM forced down to M = 1 (PYQUANT_INT4_SM90_MIN_M=1): partial tiles everywhere."""
+    k, n, bs = 512, 136, 128
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, False, True)
+    sess = _sm90_session(model, min_m=1)
+    _check_int4(sess, rng, [1, 2, 3, 8, 16, 33], k, n, bs, dtype, b, scales_t, zp, bias_t)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_int4_sm90_deterministic(rng, dtype):
+    """Stream-K reduces partial tiles in a fixed order: the same input gives the same bits."""
+    k, n, bs = 4096, 512, 128
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, True, True)
+    sess = _sm90_session(model)
+    for m in [64, 300]:
+        x = _as_t(rng.standard_normal((m, k)), dtype)
+        y0 = run_cuda(sess, x, n, dtype)
+        for _ in range(3):
+            np.testing.assert_array_equal(run_cuda(sess, x, n, dtype), y0)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_int4_sm90_special_scales_fall_back(rng, dtype):
+    """A scale the Hopper path cannot honour exactly (inf: its -zp * s + q * s would give NaN where
+    (q - zp) * s gives +-inf) makes the node keep the portable kernels: IEEE results as documented."""
+    from pyquant.reference import assert_within_limit, matmul_int4_ref
+    from tests.ops.graphs import int4_model
+
+    k, n, bs = 256, 64, 64
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, True, False)
+    scales_t = scales_t.copy()
+    scales_t[3, 1] = np.inf
+    model = int4_model(b, scales_t.astype(np.float32), k, n, bs, dtype=dtype)
+    sess = _sm90_session(model)
+    for m in [17, 100]:
+        x = _as_t(rng.standard_normal((m, k)), dtype)
+        y = run_cuda(sess, x, n, dtype)
+        y_ref, mag = matmul_int4_ref(x, b, scales_t, k, n, bs)
+        assert_within_limit(y, y_ref, mag, dtype)
+
+
+def test_int4_sm90_matches_portable_kernels(rng):
+    """Both paths within the limit of the reference, and close to each other."""
+    k, n, bs, dtype = 4096, 264, 128, "float16"
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, False, True)
+    fast = _sm90_session(model)
+    portable = _sm90_session(model, min_m=1 << 40)
+    x = _as_t(rng.standard_normal((200, k)), dtype)
+    y_fast, y_port = run_cuda(fast, x, n, dtype), run_cuda(portable, x, n, dtype)
+    scale = np.abs(y_port).max()
+    assert np.abs(y_fast - y_port).max() <= 2e-2 * scale
+    _check_int4(fast, rng, [200], k, n, bs, dtype, b, scales_t, zp, bias_t)

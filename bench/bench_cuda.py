@@ -12,7 +12,9 @@ layer = span / (R * L). Several repeats, the median is reported.
 
 Methods (fp16 activations):
   pyquant_int4      pyquant::MatMulInt4, block 128, symmetric (B [N, n_blocks, 64], scales fp16)
-  pyquant_int4_tiled  the same with PYQUANT_INT4_TILED_MIN_M=0 (the tiled kernel at every M)
+  pyquant_int4_tiled  the same with PYQUANT_INT4_TILED_MIN_M=0 and the Hopper GEMM off (the tiled kernel at every M)
+  pyquant_int4_portable  the same with the Hopper GEMM off (PYQUANT_INT4_SM90_MIN_M huge): the
+                    mma.sync kernels that serve GPUs other than sm_90
   ort_matmulnbits   com.microsoft::MatMulNBits on the same B / scales bytes (K, N, bits=4, block_size=128)
   ort_matmul_fp16   ONNX MatMul, fp16 weight initializer [K, N]
   torch_fp16        torch.nn.functional.linear, fp16 weight [N, K] (torch CUDA graph)
@@ -42,6 +44,7 @@ M_LIST = [1, 4, 16, 64, 256, 1024, 4096]
 METHODS = [
     "pyquant_int4",
     "pyquant_int4_tiled",
+    "pyquant_int4_portable",
     "ort_matmulnbits",
     "ort_matmul_fp16",
     "torch_fp16",
@@ -92,7 +95,7 @@ def build_model(method, rng, k, n, layers):
 
     nodes, inits = [], []
     for i in range(layers):
-        if method in ("pyquant_int4", "pyquant_int4_tiled", "ort_matmulnbits"):
+        if method in ("pyquant_int4", "pyquant_int4_tiled", "pyquant_int4_portable", "ort_matmulnbits"):
             b, s = _int4_weights(rng, k, n)
             inits.append(numpy_helper.from_array(b, f"B{i}"))
             if method.startswith("pyquant_int4"):
@@ -140,7 +143,7 @@ def build_model(method, rng, k, n, layers):
 
 def weight_bytes(method, k, n):
     nb = (k + BLOCK - 1) // BLOCK
-    if method in ("pyquant_int4", "pyquant_int4_tiled", "ort_matmulnbits"):
+    if method in ("pyquant_int4", "pyquant_int4_tiled", "pyquant_int4_portable", "ort_matmulnbits"):
         return n * nb * BLOCK // 2 + n * nb * 2
     if method in ("ort_matmul_fp16", "torch_fp16"):
         return n * k * 2
@@ -211,10 +214,13 @@ def bench_ort(method, model_bytes, k, n, layers, m_list, use_graph=True):
     so.log_severity_level = 3
     if method == "pyquant_int4_tiled":  # read at kernel creation
         os.environ["PYQUANT_INT4_TILED_MIN_M"] = "0"
+    if method in ("pyquant_int4_tiled", "pyquant_int4_portable"):
+        os.environ["PYQUANT_INT4_SM90_MIN_M"] = str(1 << 40)
     try:
         sess = ort.InferenceSession(model_bytes, sess_options=so, providers=[("CUDAExecutionProvider", opts)])
     finally:
         os.environ.pop("PYQUANT_INT4_TILED_MIN_M", None)
+        os.environ.pop("PYQUANT_INT4_SM90_MIN_M", None)
     results = {}
     for gid, m in enumerate(m_list, start=1):
         x = (torch.randn(m, k, device="cuda") * 0.5).half()

@@ -1,0 +1,421 @@
+"""Sensitivity analysis for the planner (``pyquant.planner``): the proxy cost of quantizing each layer
+alone with each candidate precision.
+
+For every (layer, candidate) the layer is swapped in place for the module ``pyquant.quantize`` would
+build (same weight-quantizer registry, eager op numerics), the calibration batches run, and the
+outputs are compared with the cached float outputs: KL(float || quantized) of the next-token
+distribution ("kl"), 1 - cosine of embeddings ("cosine") or relative MSE ("mse"), averaged over
+positions. Layers inside a stack of blocks (the ``nn.ModuleList`` of transformer layers) reuse the
+cached float outputs of the blocks before their own, so a layer in block b only recomputes blocks
+b..end: about half the work of full forwards on a 30-block model.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+import torch.nn as nn
+
+from pyquant.algorithms import CalibrationStats, Fp8Packed, Int4Packed, get_weight_quantizer
+from pyquant.config import Fp8Config, Int4Config, LayerConfig, _layer_from_dict, _layer_to_dict
+from pyquant.modules import Fp8Linear, Int4Linear, QuantizedLinear
+
+__all__ = [
+    "Candidate",
+    "resolve_candidates",
+    "Sensitivity",
+    "measure_sensitivity",
+    "candidate_bytes",
+    "Proxy",
+    "OutputFn",
+]
+
+log = logging.getLogger("pyquant")
+
+Proxy = Literal["kl", "cosine", "mse"]
+OutputFn = Callable[[nn.Module, Any], torch.Tensor]
+
+
+# --- candidates ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One precision a layer may get: a scheme name (as in the recipes: "fp8", "int4-b128", ...) and
+    its layer config (None = keep float)."""
+
+    name: str
+    config: LayerConfig
+
+
+def resolve_candidates(
+    candidates: Sequence[str | Candidate | LayerConfig],
+    parse: Callable[[str], LayerConfig] | None = None,
+) -> list[Candidate]:
+    """Names / configs -> Candidates. ``parse`` maps a scheme name to a layer config (default:
+    ``pyquant.models.recipes.parse_scheme``; the recipe driver passes the recipe's own parser so that
+    its tuned defaults and any scheme suffix it knows, e.g. ``int4-b128-gptq``, become candidates).
+    "float" is always available as the fallback and is added when missing."""
+    if parse is None:
+        from pyquant.models.recipes import parse_scheme
+
+        parse = parse_scheme
+    if isinstance(candidates, str):
+        candidates = [c for c in candidates.split(",") if c.strip()]
+    out: dict[str, Candidate] = {}
+    for c in candidates:
+        if isinstance(c, Candidate):
+            cand = c
+        elif c is None or isinstance(c, (Int4Config, Fp8Config)):
+            cand = Candidate("float" if c is None else _config_name(c), c)
+        elif isinstance(c, str):
+            try:
+                cfg = parse(c.strip())
+            except ValueError as e:
+                raise ValueError(f"unknown candidate {c!r}: {e}") from None
+            cand = Candidate("float" if cfg is None else c.strip().lower(), cfg)
+        else:
+            raise ValueError(f"a candidate must be a scheme name or a layer config, got {c!r}")
+        if cand.name in out and out[cand.name].config != cand.config:
+            raise ValueError(f"two different candidates are named {cand.name!r}")
+        out[cand.name] = cand
+    if "float" not in out:
+        out["float"] = Candidate("float", None)
+    if len(out) < 2:
+        raise ValueError("give at least one quantized candidate (e.g. fp8, int4-b128)")
+    return list(out.values())
+
+
+def _config_name(cfg: Int4Config | Fp8Config) -> str:
+    if isinstance(cfg, Int4Config):
+        s = f"int4-b{cfg.block_size}" + ("" if cfg.symmetric else "-asym")
+    else:
+        s = "fp8-channel" if cfg.weight_block_size == 0 else f"fp8-b{cfg.weight_block_size}"
+        s += "-static" if cfg.activation == "static" else ""
+    return s + ("" if cfg.algorithm == "rtn" else f"-{cfg.algorithm}")
+
+
+# --- sizes and quantizing one layer ------------------------------------------------------------------
+
+
+def candidate_bytes(linear: nn.Linear, cfg: LayerConfig) -> int:
+    """Weight bytes of ``linear`` under cfg (packed weight + scales + zero points; bias not counted,
+    it is the same in every precision)."""
+    if cfg is None:
+        return linear.weight.numel() * linear.weight.element_size()
+    cls = Int4Linear if isinstance(cfg, Int4Config) else Fp8Linear
+    m = cls(linear.in_features, linear.out_features, cfg, False, linear.weight.dtype, "meta")
+    return sum(b.numel() * b.element_size() for b in m.buffers())
+
+
+def _skip_reason(name: str, model: nn.Module, cfg: LayerConfig) -> str | None:
+    if cfg is None:
+        return None
+    from pyquant.quantize import _parent_and_attr, _skip_reason
+
+    return _skip_reason(name, model.get_submodule(name), _parent_and_attr(model, name)[0], cfg)
+
+
+def _quantized_module(
+    name: str, linear: nn.Linear, cfg: Int4Config | Fp8Config, stats: CalibrationStats | None
+) -> nn.Module:
+    """The module ``pyquant.quantize`` would put in place of ``linear`` (same quantizer registry)."""
+    fn, _ = get_weight_quantizer(cfg.scheme, cfg.algorithm)
+    with torch.no_grad():
+        packed = fn(linear.weight.detach().float(), cfg, stats)
+    dev = linear.weight.device
+    if isinstance(cfg, Int4Config):
+        assert isinstance(packed, Int4Packed), type(packed)
+        packed = Int4Packed(*(None if t is None else t.to(dev) for t in vars(packed).values()))
+        return Int4Linear.from_packed(linear, packed, cfg, name)
+    assert isinstance(packed, Fp8Packed), type(packed)
+    packed = Fp8Packed(packed.weight.to(dev), packed.w_scale.to(dev))
+    return Fp8Linear.from_packed(linear, packed, cfg, name, input_amax=stats.amax if stats else None)
+
+
+def _stat_needs(cfg: LayerConfig) -> frozenset[str]:
+    if cfg is None:
+        return frozenset()
+    kinds = set(get_weight_quantizer(cfg.scheme, cfg.algorithm)[1])
+    if isinstance(cfg, Fp8Config) and cfg.activation == "static":
+        kinds.add("amax")
+    return frozenset(kinds)
+
+
+def _set_module(model: nn.Module, name: str, mod: nn.Module) -> None:
+    parent_name, _, attr = name.rpartition(".")
+    setattr(model.get_submodule(parent_name) if parent_name else model, attr, mod)
+
+
+# --- reuse of the float outputs of the blocks before a layer --------------------------------------------
+
+
+class _BlockCache:
+    """Caches, per calibration batch, the float output of every block of the model's largest stack of
+    blocks (an nn.ModuleList holding the layers); ``skip(batch, b)`` makes blocks 0..b-1 return their
+    cached output instead of computing it. Valid because in a sensitivity run only one layer is
+    quantized, so everything before its block is float. Disabled (with a log line) when the blocks are
+    not each called exactly once per forward or when replaying the cache does not reproduce the float
+    output."""
+
+    def __init__(self, model: nn.Module, layers: Sequence[str]) -> None:
+        self.blocks: list[nn.Module] = []
+        self.block_of: dict[str, int] = {}
+        best: tuple[int, str, nn.ModuleList] | None = None
+        for name, mod in model.named_modules():
+            if isinstance(mod, nn.ModuleList) and len(mod) >= 2:
+                inside = sum(1 for n in layers if n.startswith(name + "."))
+                if inside and (best is None or inside > best[0]):
+                    best = (inside, name, mod)
+        if best is None:
+            return
+        _, prefix, ml = best
+        self.blocks = list(ml)
+        for n in layers:
+            if n.startswith(prefix + "."):
+                self.block_of[n] = int(n[len(prefix) + 1 :].split(".")[0])
+        self.outputs: dict[int, list[Any]] = {}
+        self.enabled = True
+
+    @contextmanager
+    def record(self, batch: int) -> Iterator[None]:
+        if not self.blocks:
+            yield
+            return
+        got: list[Any] = [None] * len(self.blocks)
+        calls = [0] * len(self.blocks)
+
+        def hook_for(j: int):  # noqa: ANN202
+            def hook(mod: nn.Module, args: Any, out: Any) -> None:
+                got[j] = out
+                calls[j] += 1
+
+            return hook
+
+        handles = [b.register_forward_hook(hook_for(j)) for j, b in enumerate(self.blocks)]
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+        if any(c != 1 for c in calls):
+            log.info("pyquant planner: blocks are not called once per forward; no block output reuse")
+            self.blocks = []
+        self.outputs[batch] = got
+
+    @contextmanager
+    def skip(self, batch: int, upto: int) -> Iterator[None]:
+        if not self.blocks or upto <= 0:
+            yield
+            return
+        saved = []
+        for j in range(upto):
+            blk, out = self.blocks[j], self.outputs[batch][j]
+            saved.append((blk, blk.__dict__.get("forward")))
+            blk.forward = lambda *a, _o=out, **k: _o  # instance attribute shadows the class method
+        try:
+            yield
+        finally:
+            for blk, old in saved:
+                if old is None:
+                    del blk.forward
+                else:
+                    blk.forward = old
+
+    def block(self, layer: str) -> int:
+        return self.block_of.get(layer, 0) if self.blocks else 0
+
+
+# --- sensitivity -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Sensitivity:
+    """proxy[layer][candidate] (None where the candidate cannot be applied to the layer) and
+    nbytes[layer][candidate] (weight bytes)."""
+
+    proxy_kind: str
+    candidates: list[Candidate]
+    proxy: dict[str, dict[str, float | None]]
+    nbytes: dict[str, dict[str, int]]
+    shapes: dict[str, list[int]]
+    skipped: dict[str, dict[str, str]] = field(default_factory=dict)  # layer -> candidate -> reason
+    tokens: int = 0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "proxy_kind": self.proxy_kind,
+            "candidates": {c.name: _layer_to_dict(c.config) for c in self.candidates},
+            "proxy": self.proxy,
+            "nbytes": self.nbytes,
+            "shapes": self.shapes,
+            "skipped": self.skipped,
+            "tokens": self.tokens,
+            "seconds": self.seconds,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Sensitivity:
+        return cls(
+            proxy_kind=d["proxy_kind"],
+            candidates=[Candidate(k, _layer_from_dict(v)) for k, v in d["candidates"].items()],
+            proxy={k: dict(v) for k, v in d["proxy"].items()},
+            nbytes={k: dict(v) for k, v in d["nbytes"].items()},
+            shapes={k: list(v) for k, v in d["shapes"].items()},
+            skipped={k: dict(v) for k, v in d.get("skipped", {}).items()},
+            tokens=int(d.get("tokens", 0)),
+            seconds=float(d.get("seconds", 0.0)),
+        )
+
+
+def _reference(out: torch.Tensor, proxy: str) -> torch.Tensor:
+    out = out.detach().float()
+    if proxy == "kl":
+        return torch.log_softmax(out, dim=-1)
+    return out
+
+
+def _divergence(ref: torch.Tensor, out: torch.Tensor, proxy: str) -> tuple[float, int]:
+    """(sum over positions, number of positions) of the proxy; positions = all dims but the last."""
+    out = out.detach().float()
+    if proxy == "kl":
+        logq = torch.log_softmax(out, dim=-1)
+        kl = (ref.exp() * (ref - logq)).sum(-1)
+        return float(kl.sum()), kl.numel()
+    if proxy == "cosine":
+        cos = torch.nn.functional.cosine_similarity(out, ref, dim=-1)
+        return float((1.0 - cos).sum()), cos.numel()
+    if proxy == "mse":
+        err = ((out - ref) ** 2).sum(-1) / (ref**2).sum(-1).clamp_min(1e-30)
+        return float(err.sum()), err.numel()
+    raise ValueError(f"unknown proxy {proxy!r}: use 'kl', 'cosine' or 'mse'")
+
+
+def measure_sensitivity(
+    model: nn.Module,
+    candidates: Sequence[str | Candidate | LayerConfig],
+    batches: Sequence[Any],
+    output_fn: OutputFn,
+    *,
+    proxy: Proxy = "kl",
+    layers: Sequence[str] | None = None,
+    known: Sensitivity | None = None,
+    reuse_blocks: bool = True,
+    progress: bool = True,
+) -> Sensitivity:
+    """Proxy cost of quantizing each layer alone with each candidate (see the module docstring).
+
+    output_fn(model, batch) -> output tensor: logits [..., V] for "kl", embeddings [..., H] for
+        "cosine" / "mse"; positions = all leading dims, averaged.
+    layers: names of the nn.Linear layers to analyse (default: every nn.Linear).
+    known: an earlier result; its values for the same (layer, candidate config) are reused.
+    The model is left as it was (float); calibration statistics for candidates that need them
+    (static FP8, GPTQ-style algorithms) are collected once on ``batches``.
+    """
+    if proxy not in ("kl", "cosine", "mse"):
+        raise ValueError(f"unknown proxy {proxy!r}: use 'kl', 'cosine' or 'mse'")
+    cands = resolve_candidates(candidates)
+    if not batches:
+        raise ValueError("measure_sensitivity needs at least one calibration batch")
+    modules = dict(model.named_modules())
+    if layers is None:
+        layers = [n for n, m in modules.items() if isinstance(m, nn.Linear) and n]
+    for n in layers:
+        if not isinstance(modules.get(n), nn.Linear) or isinstance(modules.get(n), QuantizedLinear):
+            raise ValueError(f"layer {n!r} is not a float nn.Linear of this model")
+    t0 = time.perf_counter()
+    sens = Sensitivity(proxy, cands, {}, {}, {})
+    todo: list[tuple[str, Candidate]] = []
+    for n in layers:
+        lin = modules[n]
+        sens.shapes[n] = [lin.out_features, lin.in_features]
+        sens.proxy[n], sens.nbytes[n] = {}, {}
+        for c in cands:
+            why = _skip_reason(n, model, c.config)
+            if why is not None:
+                sens.skipped.setdefault(n, {})[c.name] = why
+                sens.proxy[n][c.name] = None
+                continue
+            sens.nbytes[n][c.name] = candidate_bytes(lin, c.config)
+            if c.config is None:
+                sens.proxy[n][c.name] = 0.0
+                continue
+            old = _known_value(known, n, c, proxy)
+            if old is not None:
+                sens.proxy[n][c.name] = old
+            else:
+                todo.append((n, c))
+    if not todo:
+        sens.seconds = known.seconds if known else 0.0
+        sens.tokens = known.tokens if known else 0
+        return sens
+
+    batches = list(batches)
+    cache = _BlockCache(model, layers) if reuse_blocks else _BlockCache(nn.Module(), [])
+    refs: list[torch.Tensor] = []
+    with torch.inference_mode():
+        for i, b in enumerate(batches):
+            with cache.record(i):
+                refs.append(_reference(output_fn(model, b), proxy))
+        if cache.blocks:  # replaying every block from the cache must give the float output
+            with cache.skip(0, len(cache.blocks)):
+                again = _reference(output_fn(model, batches[0]), proxy)
+            if not torch.allclose(again, refs[0], rtol=1e-5, atol=1e-6):
+                log.info("pyquant planner: cached block outputs do not reproduce the model; not reusing")
+                cache.blocks = []
+    sens.tokens = sum(int(r.numel() // r.shape[-1]) for r in refs)
+
+    needs: dict[str, frozenset[str]] = {}
+    for n, c in todo:
+        k = _stat_needs(c.config)
+        if k:
+            needs[n] = needs.get(n, frozenset()) | k
+    stats: dict[str, CalibrationStats] = {}
+    if needs:
+        from pyquant.quantize import _collect_stats
+
+        stats = _collect_stats(
+            model, {n: modules[n] for n in needs}, needs, batches, lambda m, b: output_fn(m, b), progress
+        )
+
+    # Later blocks first: with reuse, they are the cheapest, so the progress bar's rate settles early.
+    todo.sort(key=lambda t: -cache.block(t[0]))
+    it: Any = todo
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(todo, desc=f"sensitivity ({proxy})", unit="layer-cand")
+    for n, c in it:
+        lin = modules[n]
+        q = _quantized_module(n, lin, c.config, stats.get(n))
+        _set_module(model, n, q)
+        total, count = 0.0, 0
+        try:
+            with torch.inference_mode():
+                for i, b in enumerate(batches):
+                    with cache.skip(i, cache.block(n)):
+                        s, k = _divergence(refs[i], output_fn(model, b), proxy)
+                    total, count = total + s, count + k
+        finally:
+            _set_module(model, n, lin)
+        # KL / 1-cos / MSE are >= 0; tiny negatives are float rounding.
+        sens.proxy[n][c.name] = max(total / max(count, 1), 0.0)
+    sens.seconds = time.perf_counter() - t0 + (known.seconds if known else 0.0)
+    return sens
+
+
+def _known_value(known: Sensitivity | None, layer: str, cand: Candidate, proxy: str) -> float | None:
+    if known is None or known.proxy_kind != proxy:
+        return None
+    for k in known.candidates:
+        if k.config == cand.config:
+            v = known.proxy.get(layer, {}).get(k.name)
+            return None if v is None else float(v)
+    return None

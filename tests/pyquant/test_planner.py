@@ -1,0 +1,240 @@
+"""Sensitivity analysis and the mixed-precision planner on a small synthetic model (CPU, seconds)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+
+import pyquant
+from pyquant.config import Fp8Config, Int4Config, QuantizeConfig, config_from_dict
+from pyquant.planner import (
+    Plan,
+    Verification,
+    make_plan,
+    measure_sensitivity,
+    parse_budget,
+    resolve_candidates,
+)
+
+D = 64
+SENSITIVE = "blocks.1.fc1"
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(D, 2 * D)
+        self.fc2 = nn.Linear(2 * D, D)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(x)))
+
+
+class Toy(nn.Module):
+    """Three residual MLP blocks and a logits head (a stand-in for a decoder LM)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(Block() for _ in range(3))
+        self.head = nn.Linear(D, 48)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for b in self.blocks:
+            x = b(x)
+        return 3.0 * self.head(x)
+
+
+def _toy() -> Toy:
+    torch.manual_seed(0)
+    m = Toy().eval()
+    with torch.no_grad():
+        # One weight per row of the sensitive layer is 40x the others: an INT4 block scale then
+        # flattens the rest of its block to zero, while FP8 (a float format) keeps them.
+        w = m.get_submodule(SENSITIVE).weight
+        w[:, 5] = 40.0 * w.abs().max()
+        w *= 4.0
+    return m
+
+
+def _data(seed: int, n: int = 4) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(2, 8, D, generator=g) for _ in range(n)]
+
+
+CALIB, TEST = _data(1), _data(2)
+
+
+def _out(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return m(x)
+
+
+def _verifier(model: nn.Module):  # noqa: ANN202
+    """Real metric for the tests: relative output MSE of the quantized model on held-out data."""
+    with torch.no_grad():
+        ref = [model(x) for x in TEST]
+    calls = []
+
+    def verify(qcfg: QuantizeConfig) -> Verification:
+        calls.append(qcfg)
+        q = pyquant.quantize(copy.deepcopy(model), qcfg)
+        with torch.no_grad():
+            err = sum(float(((q(x) - r) ** 2).sum()) for x, r in zip(TEST, ref, strict=True))
+        den = sum(float((r**2).sum()) for r in ref)
+        return Verification(err / den, {"rel_mse": err / den}, "torch")
+
+    return verify, calls
+
+
+@pytest.fixture(scope="module")
+def sens():
+    model = _toy()
+    return model, measure_sensitivity(
+        model, ["fp8", "int4-b32", "int4-b64"], CALIB, _out, proxy="mse", progress=False
+    )
+
+
+def test_sensitivity_finds_the_sensitive_layer(sens) -> None:
+    model, s = sens
+    layers = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    assert sorted(s.proxy) == sorted(layers)
+    int4 = {n: s.proxy[n]["int4-b32"] for n in layers}
+    assert max(int4, key=int4.get) == SENSITIVE
+    assert all(s.proxy[n]["float"] == 0.0 for n in layers)
+    # head has K = 64: int4-b64 applies, and sizes follow the formats
+    nb = s.nbytes["head"]
+    assert nb["float"] == 48 * 64 * 4 and nb["fp8"] == 48 * 64 + 48 * 4
+    assert nb["int4-b64"] == 48 * 32 + 48 * 4
+    # the model is left as it was
+    assert not any(isinstance(m, (pyquant.Int4Linear, pyquant.Fp8Linear)) for m in model.modules())
+
+
+def test_block_reuse_matches_full_forwards() -> None:
+    model = _toy()
+    a = measure_sensitivity(model, ["int4-b32"], CALIB[:2], _out, proxy="kl", progress=False)
+    b = measure_sensitivity(
+        model, ["int4-b32"], CALIB[:2], _out, proxy="kl", progress=False, reuse_blocks=False
+    )
+    for n in a.proxy:
+        assert a.proxy[n]["int4-b32"] == pytest.approx(b.proxy[n]["int4-b32"], rel=1e-4, abs=1e-9)
+
+
+def test_plan_respects_budget_and_keeps_sensitive_layer(sens, tmp_path) -> None:
+    model, s = sens
+    budget = 0.01
+    verify, calls = _verifier(model)
+    plan = make_plan(s, budget, verify, model_name="toy", max_evals=6, progress=False)
+    assert plan.within_budget is True
+    assert plan.verified["torch"]["degradation"] <= budget
+    assert plan.layers[SENSITIVE] in ("float", "fp8")
+    # it did compress: every other layer is quantized, most of them to INT4
+    others = {n: c for n, c in plan.layers.items() if n != SENSITIVE}
+    assert all(c != "float" for c in others.values())
+    assert sum(c.startswith("int4") for c in others.values()) >= 4
+    assert 0 < len(calls) <= 6
+    # a tighter budget never gives a smaller verified error or more compression
+    tight = make_plan(s, 0.001, _verifier(model)[0], model_name="toy", progress=False)
+    assert tight.nbytes() >= plan.nbytes()
+    if tight.verified:
+        assert tight.verified["torch"]["degradation"] <= 0.001
+
+
+def test_final_verifier_backs_off(sens) -> None:
+    model, s = sens
+    verify, _ = _verifier(model)
+
+    def pessimistic(qcfg: QuantizeConfig) -> Verification:  # a "runtime" that measures 3x worse
+        v = verify(qcfg)
+        return Verification(3 * v.degradation, v.values, "ort")
+
+    loose = make_plan(s, 0.01, verify, model_name="toy", progress=False)
+    plan = make_plan(s, 0.01, verify, verify_final=pessimistic, model_name="toy", progress=False)
+    if plan.within_budget:
+        assert plan.verified.get("ort", {"degradation": 0})["degradation"] <= 0.01
+    assert plan.nbytes() >= loose.nbytes()
+    assert any(h["stage"] == "final" for h in plan.history)
+
+
+def test_plan_round_trip(sens, tmp_path) -> None:
+    model, s = sens
+    plan = make_plan(s, 0.01, _verifier(model)[0], model_name="toy", progress=False)
+    path = tmp_path / "plan.json"
+    plan.save(path)
+    d = json.loads(path.read_text())
+    assert d["format"] == "pyquant-plan-1" and d["model"] == "toy" and d["budget"] == 0.01
+    assert d["info"] is not None and set(d["candidates"]) == {"fp8", "int4-b32", "int4-b64", "float"}
+    assert d["sensitivity"]["proxy"][SENSITIVE]["int4-b32"] > 0
+    loaded = Plan.load(path)
+    assert loaded.layers == plan.layers and loaded.budget == plan.budget
+    cfg_a, cfg_b = plan.quantize_config(model), loaded.quantize_config(model)
+    assert cfg_a.to_dict() == cfg_b.to_dict() == config_from_dict(d["config"]).to_dict()
+    qa = pyquant.quantize(copy.deepcopy(model), cfg_a)
+    qb = pyquant.quantize(copy.deepcopy(model), config_from_dict(d["config"]))
+    assert set(qa.pyquant_summary.quantized) == {n for n, c in plan.layers.items() if c != "float"}
+    with torch.no_grad():
+        for x in TEST:
+            assert torch.equal(qa(x), qb(x))
+
+
+def test_bad_inputs(sens, tmp_path) -> None:
+    model, s = sens
+    with pytest.raises(ValueError, match="unknown candidate 'int3'"):
+        resolve_candidates(["fp8", "int3"])
+    with pytest.raises(ValueError, match="power of two"):
+        resolve_candidates(["int4-b48"])
+    with pytest.raises(ValueError, match="at least one quantized candidate"):
+        resolve_candidates(["float"])
+    with pytest.raises(ValueError, match=">= 0"):
+        parse_budget("-1%")
+    with pytest.raises(ValueError, match="not a number"):
+        parse_budget("one percent")
+    with pytest.raises(ValueError, match="100 %"):
+        parse_budget("2")
+    assert parse_budget("1%") == pytest.approx(0.01) and parse_budget(0.005) == 0.005
+    with pytest.raises(ValueError, match=">= 0"):
+        make_plan(s, -0.01, None, progress=False)
+    with pytest.raises(ValueError, match="unknown proxy"):
+        measure_sensitivity(model, ["fp8"], CALIB, _out, proxy="l2", progress=False)
+    with pytest.raises(ValueError, match="not a float nn.Linear"):
+        measure_sensitivity(model, ["fp8"], CALIB, _out, layers=["blocks.0"], progress=False)
+
+    plan = make_plan(s, 0.01, None, model_name="toy", progress=False)
+    assert plan.within_budget is None  # proxy only, nothing verified
+    # a plan for a different model: missing layers / other shapes
+    other = nn.Sequential(nn.Linear(D, D))
+    with pytest.raises(ValueError, match="does not fit this model"):
+        plan.quantize_config(other)
+    wider = _toy()
+    wider.head = nn.Linear(D, 50)
+    with pytest.raises(ValueError, match="layer 'head' is \\[50, 64\\]"):
+        plan.quantize_config(wider)
+    # broken files
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(ValueError, match="not a pyquant plan"):
+        Plan.load(bad)
+    bad.write_text("not json")
+    with pytest.raises(ValueError, match="invalid JSON"):
+        Plan.load(bad)
+    with pytest.raises(FileNotFoundError):
+        Plan.load(tmp_path / "missing.json")
+    d = plan.to_dict()
+    d["layers"]["head"] = "int2"
+    bad.write_text(json.dumps(d))
+    with pytest.raises(ValueError, match="unknown candidates"):
+        Plan.load(bad)
+
+
+def test_candidates_accept_configs_and_recipe_parsers() -> None:
+    c = resolve_candidates([Fp8Config(), Int4Config(64, symmetric=False), None])
+    assert [x.name for x in c] == ["fp8-channel", "int4-b64-asym", "float"]
+
+    def parse(name: str):  # noqa: ANN202 - a recipe-style parser with a scheme suffix of its own
+        if name == "int4-b128-fancy":
+            return Int4Config(128)
+        raise ValueError("unknown scheme")
+
+    assert resolve_candidates("int4-b128-fancy", parse)[0].config == Int4Config(128)

@@ -1,10 +1,12 @@
-"""Command line: ``pyquant quantize | export | eval``.
+"""Command line: ``pyquant quantize | export | eval | plan``.
 
     pyquant eval                                   # default: MiniLM, int4 (b128) and fp8, ORT CPU, speed
     pyquant eval --model smollm2 --scheme fp8      # float PyTorch vs exported FP8 model in ORT
     pyquant quantize --model minilm --scheme int4 --out minilm-int4.pt
     pyquant export --model minilm --checkpoint minilm-int4.pt --out minilm-int4.onnx
     pyquant export --model ./my-hf-model --scheme fp8-b128 --out model.onnx
+    pyquant plan --model smollm2 --budget 1% --candidates fp8,int4-b128 -o plan.json
+    pyquant eval --model smollm2 --plan plan.json   # also quantize / export --plan plan.json
 
 ``--model`` is a recipe name (see ``pyquant eval --list``) or a local HF model directory.
 """
@@ -12,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import logging
 import shlex
 import sys
@@ -25,24 +28,45 @@ def _load_quantized(args: argparse.Namespace):  # noqa: ANN202
     from pyquant.models import get_recipe
     from pyquant.quantize import load_quantized, quantize
 
-    recipe = get_recipe(args.model)
+    plan = None
+    if getattr(args, "plan", None):
+        from pyquant.planner import Plan
+
+        plan = Plan.load(args.plan)
+        args.model = args.model or plan.model
+        _check_plan_model(plan, args.model, args.plan)
+    recipe = get_recipe(args.model or "minilm")
     model, tok = recipe.load()
     if getattr(args, "checkpoint", None):
         load_quantized(model, args.checkpoint)
         return recipe, model, tok
-    cfg = recipe.quantize_config(args.scheme)
+    cfg = plan.quantize_config(model) if plan is not None else recipe.quantize_config(args.scheme)
     if cfg is None:
         return recipe, model, tok
     if args.keep_float:
         cfg.exclude = tuple(cfg.exclude) + tuple(args.keep_float)
+        # a plan names every layer in overrides, which take precedence over exclude
+        cfg.overrides = {
+            n: None if any(fnmatch.fnmatchcase(n, g) for g in args.keep_float) else c
+            for n, c in cfg.overrides.items()
+        }
     calib = None
-    default = cfg.default
-    if "static" in args.scheme or cfg.smoothing is not None or getattr(default, "algorithm", "rtn") != "rtn":
+    layer_cfgs = [cfg.default, *cfg.overrides.values()]
+    if (
+        cfg.smoothing is not None
+        or any(getattr(c, "activation", "") == "static" for c in layer_cfgs)
+        or any(getattr(c, "algorithm", "rtn") != "rtn" for c in layer_cfgs if c is not None)
+    ):
         from pyquant.eval import _Task
 
         calib = _Task(recipe, tok, quick=False, progress=False).calibration_data()
     quantize(model, cfg, calibration_data=calib, progress=True)
     return recipe, model, tok
+
+
+def _check_plan_model(plan, model: str, path: str) -> None:  # noqa: ANN001
+    if Path(plan.model).name != Path(model).name:
+        raise ValueError(f"plan {path} was made for model {plan.model!r}, not {model!r}")
 
 
 def _cmd_quantize(args: argparse.Namespace) -> int:
@@ -82,9 +106,18 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             )
         return 0
     command = "pyquant " + " ".join(shlex.quote(a) for a in args.argv)
+    schemes: list = list(args.scheme or ([] if args.plan else ["int4", "fp8"]))
+    for path in args.plan:
+        from pyquant.planner import Plan
+
+        plan = Plan.load(path)
+        args.model = args.model or plan.model
+        _check_plan_model(plan, args.model, path)
+        schemes.append((f"plan:{Path(path).stem}", plan))
+    args.model = args.model or "minilm"
     results = evaluate(
         args.model,
-        args.scheme or ["int4", "fp8"],
+        schemes,
         runtime=args.runtime,
         providers=tuple(args.provider),
         out_dir=args.out_dir,
@@ -92,6 +125,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         quick=args.quick,
         progress=True,
         command=command,
+        threads=args.threads,
     )
     print()
     print(format_table(results))
@@ -110,8 +144,63 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from pyquant.eval import plan_model
+
+    command = "pyquant " + " ".join(shlex.quote(a) for a in args.argv)
+    cands = [c.strip() for c in ",".join(args.candidates).split(",") if c.strip()]
+    plan = plan_model(
+        args.model,
+        args.budget,
+        cands,
+        proxy_tokens=args.proxy_tokens,
+        verify_ort=not args.no_ort,
+        max_evals=args.max_evals,
+        max_ort_evals=args.max_ort_evals,
+        providers=tuple(args.provider),
+        threads=args.threads,
+        sensitivity_cache=args.sensitivity_cache,
+        quick=args.quick,
+        progress=True,
+        command=command,
+    )
+    plan.save(args.out)
+    print()
+    print(_plan_table(plan))
+    print()
+    print(plan.summary())
+    print(f"\nwrote {args.out}")
+    return 0 if plan.within_budget is not False else 1
+
+
+def _plan_table(plan) -> str:  # noqa: ANN001
+    """The plan's result as a markdown table in the style of `pyquant eval`."""
+    lines = [
+        "| model | plan | metric | float | verified | degradation % | runtime | planned linears MiB (float) "
+        "| layers |",
+        "|" + "---|" * 9,
+    ]
+    layers = "; ".join(f"{c}: {k}" for c, k in plan.counts().items())
+    for rt, v in plan.verified.items():
+        main = next(iter(v["values"].values()), float("nan"))
+        lines.append(
+            f"| {Path(plan.model).name} | budget {plan.budget * 100:g} % | {plan.metric} | "
+            f"{plan.float_value or float('nan'):.4f} | {main:.4f} | {v['degradation'] * 100:+.2f} | {rt} | "
+            f"{plan.nbytes() / 2**20:.1f} ({plan.float_nbytes() / 2**20:.1f}) | {layers} |"
+        )
+    if not plan.verified:
+        lines.append(
+            f"| {Path(plan.model).name} | budget {plan.budget * 100:g} % | {plan.metric} | - | - | "
+            f"{plan.predicted * 100:+.2f} (predicted) | - | "
+            f"{plan.nbytes() / 2**20:.1f} ({plan.float_nbytes() / 2**20:.1f}) | {layers} |"
+        )
+    return "\n".join(lines)
+
+
 def _add_model_args(p: argparse.ArgumentParser, scheme_default: str | None) -> None:
-    p.add_argument("--model", default="minilm", help="recipe name (smollm2, minilm) or HF model directory")
+    p.add_argument(
+        "--model", help="recipe name (smollm2, minilm) or HF model directory (default: the plan's, or minilm)"
+    )
     p.add_argument(
         "--scheme",
         default=scheme_default,
@@ -124,6 +213,7 @@ def _add_model_args(p: argparse.ArgumentParser, scheme_default: str | None) -> N
         metavar="GLOB",
         help="extra layers to keep in float (repeatable)",
     )
+    p.add_argument("--plan", help="a plan from `pyquant plan` (its per-layer config instead of --scheme)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,8 +241,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(fn=_cmd_export)
 
     v = sub.add_parser("eval", help="float PyTorch vs quantized export in ORT on the recipe's metric")
-    v.add_argument("--model", default="minilm", help="recipe name or HF model directory (default: minilm)")
-    v.add_argument("--scheme", action="append", help="repeatable; default: int4 and fp8")
+    v.add_argument("--model", help="recipe name or HF model directory (default: the plan's, or minilm)")
+    v.add_argument("--scheme", action="append", help="repeatable; default: int4 and fp8 (none with --plan)")
+    v.add_argument(
+        "--plan", action="append", default=[], metavar="PLAN_JSON", help="evaluate a plan (repeatable)"
+    )
     v.add_argument(
         "--runtime",
         choices=("ort", "torch"),
@@ -167,6 +260,35 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--max-delta", type=float, help="exit 1 if any |delta %%| exceeds this")
     v.add_argument("--list", action="store_true", help="list the model recipes and exit")
     v.set_defaults(fn=_cmd_eval)
+
+    pl = sub.add_parser("plan", help="per-layer precision under an accuracy budget (sensitivity + verify)")
+    pl.add_argument("--model", default="smollm2", help="recipe name or HF model directory (default: smollm2)")
+    pl.add_argument("--budget", default="1%", help="allowed relative degradation: 1%% or 0.01 (default 1%%)")
+    pl.add_argument(
+        "--candidates",
+        action="append",
+        default=None,
+        help="comma-separated scheme names (float is always added); default fp8,int4-b128",
+    )
+    pl.add_argument("-o", "--out", required=True, help="plan file (.json)")
+    pl.add_argument(
+        "--proxy-tokens", type=int, help="calibration tokens of the causal-LM proxy (default 256)"
+    )
+    pl.add_argument("--max-evals", type=int, default=6, help="torch eager verifications (default 6)")
+    pl.add_argument("--max-ort-evals", type=int, default=3, help="ONNX Runtime verifications (default 3)")
+    pl.add_argument("--no-ort", action="store_true", help="verify in torch eager only")
+    pl.add_argument("--provider", action="append", default=[], help="ORT provider; default cpu")
+    pl.add_argument(
+        "--sensitivity-cache", help="JSON file: reuse the per-layer proxies stored there, store new ones"
+    )
+    pl.add_argument("--quick", action="store_true", help="small data subset (smoke test)")
+    pl.set_defaults(fn=_cmd_plan)
+    for p in (q, e, v, pl):
+        p.add_argument(
+            "--threads",
+            type=int,
+            help="torch and ONNX Runtime threads (default: all cores; 1 is faster on a busy machine)",
+        )
     return ap
 
 
@@ -182,6 +304,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "provider", None) == []:
         args.provider = ["cpu"]
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    if getattr(args, "threads", None):
+        import torch
+
+        torch.set_num_threads(args.threads)
+    if getattr(args, "candidates", None) is None and args.cmd == "plan":
+        args.candidates = ["fp8,int4-b128"]
     try:
         return args.fn(args)
     except (ValueError, FileNotFoundError, ImportError) as e:

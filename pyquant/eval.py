@@ -25,6 +25,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from pyquant.config import QuantizeConfig
 from pyquant.export import export
 from pyquant.models import metrics
 from pyquant.models.recipes import ModelRecipe, get_recipe
@@ -51,6 +52,9 @@ class EvalResult:
     float_latency_ms: float | None = None  # float export in the same runtime
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    weight_bytes: int | None = None  # parameters + buffers of the quantized PyTorch model
+    float_weight_bytes: int | None = None
+    precisions: dict[str, int] = field(default_factory=dict)  # nn.Linear layers per precision
 
 
 def _example_inputs() -> dict[str, torch.Tensor]:
@@ -132,7 +136,7 @@ class _Task:
 
 def evaluate(
     model: str = "minilm",
-    schemes: Sequence[str] = ("int4", "fp8"),
+    schemes: Sequence[str | tuple[str, Any]] = ("int4", "fp8"),
     *,
     runtime: Literal["ort", "torch"] = "ort",
     providers: Sequence[Any] = ("cpu",),
@@ -141,8 +145,13 @@ def evaluate(
     quick: bool = False,
     progress: bool = True,
     command: str = "",
+    threads: int | None = None,
 ) -> list[EvalResult]:
-    """Score the float model and each quantized scheme on the recipe's metric (see module doc)."""
+    """Score the float model and each quantized scheme on the recipe's metric (see module doc).
+
+    schemes: recipe scheme names, or (label, QuantizeConfig | pyquant.planner.Plan) pairs (a plan is
+    checked against the model first). threads: ONNX Runtime intra-op threads (default: ORT's).
+    """
     torch.manual_seed(0)
     recipe = get_recipe(model)
     t0 = time.perf_counter()
@@ -164,24 +173,23 @@ def evaluate(
         if runtime == "ort" and speed:
             rep = export(recipe.wrap(float_model), _example_inputs(), out_dir / f"{short}-float.onnx")
             float_file = rep.file_bytes
-            fs = make_session(rep.path, providers=providers)
+            fs = make_session(rep.path, providers=providers, options=_ort_options(threads))
             float_latency = metrics.latency_ms(metrics.ort_forward(fs), speed_ids, speed_mask)
             del fs
         results = []
-        for scheme in schemes:
+        float_wbytes = _model_bytes(float_model)
+        for item in schemes:
             ts = time.perf_counter()
-            qcfg = recipe.quantize_config(scheme)
-            if qcfg is None:
-                raise ValueError("'float' is the reference; name quantized schemes only")
+            scheme, qcfg, describe, plan_extra = _scheme_config(recipe, float_model, item)
             qmodel = quantize(
                 copy.deepcopy(float_model), qcfg, calibration_data=task.calibration_data(), progress=progress
             )
             wrapped = recipe.wrap(qmodel)
             file_bytes = latency = None
             if runtime == "ort":
-                rep = export(wrapped, _example_inputs(), out_dir / f"{short}-{scheme}.onnx")
+                rep = export(wrapped, _example_inputs(), out_dir / f"{short}-{_file_label(scheme)}.onnx")
                 file_bytes = rep.file_bytes
-                sess = make_session(rep.path, providers=providers)
+                sess = make_session(rep.path, providers=providers, options=_ort_options(threads))
                 fwd = metrics.ort_forward(sess)
                 rt = "onnxruntime-" + "-".join(str(p if isinstance(p, str) else p[0]) for p in providers)
             else:
@@ -192,6 +200,7 @@ def evaluate(
                 latency = metrics.latency_ms(fwd, speed_ids, speed_mask)
             summary = qmodel.pyquant_summary
             extra.update(
+                **plan_extra,
                 quantized_layers=len(summary.quantized),
                 float_layers=sorted(summary.skipped),
                 keep_float=list(recipe.keep_float),
@@ -200,8 +209,7 @@ def evaluate(
                 EvalResult(
                     model=recipe.name,
                     scheme=scheme,
-                    config=qcfg.default.describe()
-                    + ("" if qcfg.smoothing is None else f" smoothing {qcfg.smoothing}"),
+                    config=describe,
                     metric=task.name,
                     float_value=float_value,
                     quant_value=value,
@@ -213,6 +221,9 @@ def evaluate(
                     float_latency_ms=float_latency,
                     seconds=time.perf_counter() - ts,
                     extra={**extra, "speed_batch": list(speed_ids.shape), "command": command},
+                    weight_bytes=_model_bytes(qmodel),
+                    float_weight_bytes=float_wbytes,
+                    precisions=layer_precisions(qmodel),
                 )
             )
             del qmodel, wrapped, fwd
@@ -223,6 +234,75 @@ def evaluate(
     return results
 
 
+def _scheme_config(
+    recipe: ModelRecipe, float_model: torch.nn.Module, item: str | tuple[str, Any]
+) -> tuple[str, QuantizeConfig, str, dict[str, Any]]:
+    """-> (label, config, description, extras) of one evaluate() scheme item."""
+    from pyquant.planner import Plan
+
+    if isinstance(item, str):
+        qcfg = recipe.quantize_config(item)
+        if qcfg is None:
+            raise ValueError("'float' is the reference; name quantized schemes only")
+        desc = qcfg.default.describe() + ("" if qcfg.smoothing is None else f" smoothing {qcfg.smoothing}")
+        if tuple(qcfg.include) != ("*",):
+            desc += " on " + ", ".join(qcfg.include)
+        return item, qcfg, desc, {}
+    label, cfg = item
+    if isinstance(cfg, Plan):
+        if cfg.model and Path(cfg.model).name != Path(recipe.name).name:
+            raise ValueError(f"plan {label!r} was made for model {cfg.model!r}, not {recipe.name!r}")
+        counts = ", ".join(f"{c} {k}" for c, k in cfg.counts().items())
+        desc = f"plan, budget {cfg.budget * 100:g} %: {counts}"
+        return label, cfg.quantize_config(float_model), desc, {"budget": cfg.budget}
+    if isinstance(cfg, QuantizeConfig):
+        return label, cfg, "custom config", {}
+    raise ValueError(f"scheme {label!r}: expected a QuantizeConfig or a Plan, got {type(cfg).__name__}")
+
+
+def _file_label(label: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in label)
+
+
+def _model_bytes(model: torch.nn.Module) -> int:
+    """Parameters + buffers (tied weights counted once)."""
+    seen: set[int] = set()
+    total = 0
+    for t in [*model.parameters(), *model.buffers()]:
+        if t.data_ptr() not in seen:
+            seen.add(t.data_ptr())
+            total += t.numel() * t.element_size()
+    return total
+
+
+def layer_precisions(model: torch.nn.Module) -> dict[str, int]:
+    """Number of linear layers per precision ("float" or the config's describe())."""
+    from pyquant.modules import QuantizedLinear
+
+    out: dict[str, int] = {}
+    for m in model.modules():
+        if isinstance(m, QuantizedLinear):
+            key = m.config.describe()
+        elif isinstance(m, torch.nn.Linear):
+            key = "float"
+        else:
+            continue
+        out[key] = out.get(key, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def _ort_options(threads: int | None) -> Any:
+    if not threads:
+        return None
+    import onnxruntime
+
+    so = onnxruntime.SessionOptions()
+    # On a shared, busy machine ORT's spinning worker threads cost more than they gain.
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    return so
+
+
 def _mib(b: int | None) -> str:
     return "-" if b is None else f"{b / 2**20:.1f}"
 
@@ -230,25 +310,30 @@ def _mib(b: int | None) -> str:
 def format_table(results: Sequence[EvalResult]) -> str:
     """Markdown table of results (one row per scheme)."""
     head = (
-        "| model | scheme | metric | float | quantized | delta % | extra | file MiB (float) "
-        "| latency ms (float) | runtime |"
+        "| model | scheme | metric | float | quantized | delta % | extra | weights MiB (float) "
+        "| file MiB (float) | latency ms (float) | linear layers | runtime |"
     )
-    lines = [head, "|" + "---|" * 10]
+    lines = [head, "|" + "---|" * 12]
     for r in results:
         extra = ", ".join(f"{k}={v:.4f}" for k, v in r.extra.items() if isinstance(v, float)) or "-"
         lat = "-" if r.latency_ms is None else f"{r.latency_ms:.1f}"
         if r.float_latency_ms is not None:
             lat += f" ({r.float_latency_ms:.1f})"
+        layers = "; ".join(f"{k}: {v}" for k, v in r.precisions.items()) or "-"
         lines.append(
             f"| {Path(r.model).name} | {r.scheme}: {r.config} | {r.metric} | {r.float_value:.4f} | "
             f"{r.quant_value:.4f} | {r.delta_pct:+.2f} | {extra} | "
-            f"{_mib(r.file_bytes)} ({_mib(r.float_file_bytes)}) | {lat} | {r.runtime} |"
+            f"{_mib(r.weight_bytes)} ({_mib(r.float_weight_bytes)}) | "
+            f"{_mib(r.file_bytes)} ({_mib(r.float_file_bytes)}) | {lat} | {layers} | {r.runtime} |"
         )
     return "\n".join(lines)
 
 
-def write_results(results: Sequence[EvalResult], base: str | Path, title: str = "", notes: str = "") -> None:
-    """Write ``base``.json (machine-readable) and ``base``.md (table + notes)."""
+def write_results(
+    results: Sequence[EvalResult], base: str | Path, title: str = "", notes: str = "", plot: bool = True
+) -> Path | None:
+    """Write ``base``.json (machine-readable) and ``base``.md (table + notes) and, with matplotlib
+    installed, ``base``.png (metric against model size). Returns the plot's path or None."""
     base = Path(base)
     base.parent.mkdir(parents=True, exist_ok=True)
     import onnxruntime
@@ -261,24 +346,273 @@ def write_results(results: Sequence[EvalResult], base: str | Path, title: str = 
         "transformers": transformers.__version__,
         "machine": platform.machine(),
         "cpu_count": _cpus(),
+        "git_commit": git_commit(),
     }
     base.with_suffix(".json").write_text(
         json.dumps({"environment": env, "results": [asdict(r) for r in results]}, indent=2) + "\n"
     )
+    png = plot_results(results, base.with_suffix(".png"), title) if plot and results else None
     md = [
         f"# {title or 'pyquant accuracy'}",
         "",
         format_table(results),
         "",
+        "Weights: parameters and buffers of the PyTorch model (float32 reference; quantized layers "
+        "packed). Linear layers: count per precision (float includes layers a recipe keeps in float, "
+        "e.g. SmolLM2's lm_head, tied to the embedding).",
+        "",
         "Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()),
         "",
     ]
+    if png is not None:
+        md += [f"![{base.name}]({png.name})", ""]
     if notes:
         md += [notes, ""]
     base.with_suffix(".md").write_text("\n".join(md))
+    return png
+
+
+def plot_results(results: Sequence[EvalResult], path: str | Path, title: str = "") -> Path | None:
+    """Metric against model size (weights MiB), float model included; None (with a message) without
+    matplotlib, an optional dependency."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: skipping the plot (pip install matplotlib)")
+        return None
+    rows = [r for r in results if r.weight_bytes is not None]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
+    r0 = rows[0]
+    ax.scatter([r0.float_weight_bytes / 2**20], [r0.float_value], marker="*", s=160, c="k", zorder=3)
+    ax.annotate(
+        "float",
+        (r0.float_weight_bytes / 2**20, r0.float_value),
+        textcoords="offset points",
+        xytext=(6, 4),
+        fontsize=8,
+    )
+    for r in rows:
+        plan = "budget" in r.extra
+        ax.scatter(
+            [r.weight_bytes / 2**20],
+            [r.quant_value],
+            marker="D" if plan else "o",
+            c="tab:red" if plan else "tab:blue",
+            zorder=3,
+        )
+        ax.annotate(
+            f"{r.scheme} ({r.delta_pct:+.2f} %)",
+            (r.weight_bytes / 2**20, r.quant_value),
+            textcoords="offset points",
+            xytext=(6, -10 if plan else 4),
+            fontsize=8,
+        )
+    budgets = sorted({r.extra["budget"] for r in rows if "budget" in r.extra})
+    worse_up = "perplexity" in r0.metric
+    for b in budgets:
+        y = r0.float_value * (1 + b if worse_up else 1 - b)
+        ax.axhline(y, ls="--", lw=0.8, c="tab:red")
+        ax.annotate(
+            f"budget {b * 100:g} %",
+            (ax.get_xlim()[0], y),
+            textcoords="offset points",
+            xytext=(4, 3),
+            fontsize=8,
+            color="tab:red",
+        )
+    ax.set_xlabel("model weights, MiB (parameters + buffers)")
+    ax.set_ylabel(r0.metric + (" (lower is better)" if worse_up else " (higher is better)"))
+    ax.set_title(title or Path(r0.model).name, fontsize=10)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def git_commit() -> str | None:
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            cwd=Path(__file__).resolve().parent,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
 
 
 def _cpus() -> int:
     import os
 
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 0)
+
+
+# --- the planner on a recipe model ---------------------------------------------------------------------
+
+
+def _recipe_layer_config(recipe: ModelRecipe, scheme: str) -> Any:
+    """A planner candidate from a recipe scheme name: the recipe's layer config for it (so tuned
+    defaults and every scheme suffix the recipe knows work). Model-wide parts cannot be per layer."""
+    if "-sq" in scheme:
+        raise ValueError("smoothing (-sq...) is model-wide; it cannot be a per-layer candidate")
+    qcfg = recipe.quantize_config(scheme)
+    if qcfg is None:
+        return None
+    if tuple(qcfg.include) != ("*",):
+        raise ValueError("a layer-subset suffix (-mlp) is not a per-layer precision")
+    return qcfg.default
+
+
+def plan_model(
+    model: str = "smollm2",
+    budget: float | str = 0.01,
+    candidates: Sequence[str] = ("float", "fp8", "int4-b128"),
+    *,
+    proxy_tokens: int | None = None,
+    verify_ort: bool = True,
+    max_evals: int = 6,
+    max_ort_evals: int = 3,
+    providers: Sequence[Any] = ("cpu",),
+    threads: int | None = None,
+    sensitivity_cache: str | Path | None = None,
+    quick: bool = False,
+    progress: bool = True,
+    command: str = "",
+) -> Any:
+    """Sensitivity + plan + verification for a recipe model (``pyquant plan``); returns the Plan.
+
+    Proxy: next-token KL on the recipe's calibration text (causal LM; ``proxy_tokens`` tokens in
+    sequences of 128, default 256) or 1 - cosine of the mean-pooled embeddings of the calibration
+    texts (encoder). The budget applies to the recipe metric: relative perplexity increase (causal
+    LM), or for encoders the larger of the relative accuracy drop and 1 - mean cosine of the
+    embeddings against float (accuracy on 120 documents moves in steps of 0.8 %, the cosine is the
+    smooth, stricter part). Verified in torch eager during the search, then in ONNX Runtime
+    (the exported model) unless ``verify_ort`` is False.
+    """
+    import pyquant
+    from pyquant.planner import Verification, make_plan, parse_budget, resolve_candidates
+    from pyquant.sensitivity import Sensitivity, measure_sensitivity
+
+    budget = parse_budget(budget)
+    torch.manual_seed(0)
+    t0 = time.perf_counter()
+    recipe = get_recipe(model)
+    cands = resolve_candidates(list(candidates), lambda s: _recipe_layer_config(recipe, s))
+    float_model, tok = recipe.load()
+    task = _Task(recipe, tok, quick, progress)
+    causal = recipe.task == "causal-lm"
+    import fnmatch
+
+    layers = [
+        n
+        for n, m in float_model.named_modules()
+        if isinstance(m, torch.nn.Linear)
+        and n
+        and not any(fnmatch.fnmatchcase(n, p) for p in recipe.keep_float)
+    ]
+
+    if causal:
+        seq = 128 if not quick else 64
+        n_tok = proxy_tokens or (256 if not quick else 128)
+        chunks = torch.from_numpy(task.calib[:, : task.calib.shape[1] // seq * seq]).reshape(-1, seq)
+        chunks = chunks[: max(1, n_tok // seq)]
+        batches: list[Any] = [chunks[i : i + 2] for i in range(0, len(chunks), 2)]
+
+        def output_fn(m: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+            return m(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits
+
+        proxy = "kl"
+    else:
+        batches = task.calibration_data()
+
+        def output_fn(m: torch.nn.Module, b: dict[str, torch.Tensor]) -> torch.Tensor:
+            h = m(**b).last_hidden_state
+            mask = b["attention_mask"][..., None].to(h.dtype)
+            return (h * mask).sum(1) / mask.sum(1).clamp_min(1e-9)
+
+        proxy = "cosine"
+
+    known = None
+    cache = Path(sensitivity_cache) if sensitivity_cache else None
+    if cache is not None and cache.is_file():
+        d = json.loads(cache.read_text())
+        known = Sensitivity.from_dict(d.get("sensitivity", d))
+        if sorted(known.proxy) != sorted(layers):
+            log.warning("pyquant plan: %s is for other layers; not reused", cache)
+            known = None
+    sens = measure_sensitivity(
+        float_model, cands, batches, output_fn, proxy=proxy, layers=layers, known=known, progress=progress
+    )
+    if cache is not None:
+        cache.write_text(json.dumps({"model": recipe.name, "sensitivity": sens.to_dict()}, indent=1) + "\n")
+
+    float_value, _ = task.score(metrics.torch_forward(recipe.wrap(float_model)), "float (torch)")
+
+    def degradation(value: float, extra: dict[str, Any]) -> tuple[float, dict[str, float]]:
+        if causal:
+            return value / float_value - 1.0, {"perplexity": value}
+        cos = float(extra.get("cosine_vs_float", 1.0))
+        return max(1.0 - value / float_value, 1.0 - cos), {"accuracy": value, "cosine_vs_float": cos}
+
+    def quantized(qcfg: QuantizeConfig) -> torch.nn.Module:
+        return quantize(copy.deepcopy(float_model), qcfg, calibration_data=task.calibration_data())
+
+    def verify_torch(qcfg: QuantizeConfig) -> Verification:
+        wrapped = recipe.wrap(quantized(qcfg))
+        value, extra = task.score(metrics.torch_forward(wrapped), "plan (torch)")
+        d, vals = degradation(value, extra)
+        return Verification(d, vals, "torch")
+
+    tmp = tempfile.TemporaryDirectory(prefix="pyquant-plan-")
+
+    def verify_onnx(qcfg: QuantizeConfig) -> Verification:
+        from pyquant.ort import make_session
+
+        rep = export(recipe.wrap(quantized(qcfg)), _example_inputs(), Path(tmp.name) / "plan.onnx")
+        sess = make_session(rep.path, providers=providers, options=_ort_options(threads))
+        value, extra = task.score(metrics.ort_forward(sess), "plan (onnxruntime)")
+        del sess
+        d, vals = degradation(value, extra)
+        vals["file_mib"] = rep.file_bytes / 2**20
+        return Verification(d, vals, "onnxruntime-" + "-".join(str(p) for p in providers))
+
+    try:
+        plan = make_plan(
+            sens,
+            budget,
+            verify_torch,
+            verify_final=verify_onnx if verify_ort else None,
+            model_name=recipe.name,
+            metric=task.name + ("" if causal else " and 1 - cosine vs float"),
+            exclude=recipe.keep_float,
+            max_evals=max_evals,
+            max_final_evals=max_ort_evals,
+            progress=progress,
+        )
+    finally:
+        tmp.cleanup()
+    plan.float_value = float_value
+    plan.info.update(
+        pyquant_version=pyquant.__version__,
+        git_commit=git_commit(),
+        command=command,
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        proxy=proxy,
+        proxy_tokens=sens.tokens,
+        sensitivity_seconds=round(sens.seconds, 1),
+        seconds=round(time.perf_counter() - t0, 1),
+        torch_threads=torch.get_num_threads(),
+        quick=quick,
+    )
+    return plan

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from pyquant.cli import build_parser, main
 from pyquant.config import Fp8Config, Int4Config
@@ -35,3 +36,46 @@ def test_cli_list_and_errors(capsys) -> None:
     assert "unknown model 'no-such-model'" in capsys.readouterr().err
     args = build_parser().parse_args(["eval", "--scheme", "int4", "--scheme", "fp8-b128"])
     assert args.scheme == ["int4", "fp8-b128"]
+
+
+def test_plan_command_arguments_and_errors(tmp_path, capsys) -> None:
+    args = build_parser().parse_args(
+        ["plan", "--model", "smollm2", "--budget", "1%", "--candidates", "fp8,int4-b128", "-o", "p.json"]
+    )
+    assert args.candidates == ["fp8,int4-b128"] and args.budget == "1%" and args.max_evals == 6
+    args = build_parser().parse_args(["eval", "--plan", "a.json", "--plan", "b.json", "--threads", "1"])
+    assert args.plan == ["a.json", "b.json"] and args.threads == 1
+    # bad budget / candidates fail before any model is loaded
+    out = ["-o", str(tmp_path / "p.json")]
+    assert main(["plan", "--model", "minilm", "--budget=-1%", *out]) == 2
+    assert "budget must be >= 0" in capsys.readouterr().err
+    assert (
+        main(["plan", "--model", "minilm", "--candidates", "fp8,int3", "-o", str(tmp_path / "p.json")]) == 2
+    )
+    assert "unknown candidate 'int3'" in capsys.readouterr().err
+    assert main(["plan", "--model", "smollm2", "--candidates", "fp8-mlp", *out]) == 2
+    assert "not a per-layer precision" in capsys.readouterr().err
+    # --plan with a missing / broken file, or a plan made for another model
+    assert main(["eval", "--plan", str(tmp_path / "missing.json")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "something-else"}')
+    assert main(["export", "--plan", str(bad), "--out", str(tmp_path / "m.onnx")]) == 2
+    assert "not a pyquant plan" in capsys.readouterr().err
+
+
+def test_plan_for_another_model_is_refused(tmp_path, capsys) -> None:
+    import torch.nn as nn
+
+    from pyquant.planner import make_plan, measure_sensitivity
+
+    model = nn.Sequential(nn.Linear(32, 32))
+    sens = measure_sensitivity(
+        model, ["fp8"], [torch.randn(4, 32)], lambda m, x: m(x), proxy="mse", progress=False
+    )
+    path = tmp_path / "toy.json"
+    make_plan(sens, 0.01, None, model_name="toy-model", progress=False).save(path)
+    assert main(["eval", "--model", "minilm", "--plan", str(path)]) == 2
+    assert "made for model 'toy-model', not 'minilm'" in capsys.readouterr().err
+    assert main(["quantize", "--model", "smollm2", "--plan", str(path), "--out", str(tmp_path / "q.pt")]) == 2
+    assert "made for model 'toy-model'" in capsys.readouterr().err

@@ -388,34 +388,29 @@ def plot_results(results: Sequence[EvalResult], path: str | Path, title: str = "
         return None
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
     r0 = rows[0]
-    ax.scatter([r0.float_weight_bytes / 2**20], [r0.float_value], marker="*", s=160, c="k", zorder=3)
+    worse_up = "perplexity" in r0.metric
+    # delta % against float on a symlog axis: the 1 % region stays readable next to +75 % outliers
+    ax.set_yscale("symlog", linthresh=1.0)
+    fx = r0.float_weight_bytes / 2**20
+    ax.scatter([fx], [0.0], marker="*", s=160, c="k", zorder=3)
     ax.annotate(
-        "float",
-        (r0.float_weight_bytes / 2**20, r0.float_value),
-        textcoords="offset points",
-        xytext=(6, 4),
-        fontsize=8,
+        f"float ({r0.float_value:.4f})", (fx, 0.0), textcoords="offset points", xytext=(-20, 8), fontsize=8
     )
     for r in rows:
         plan = "budget" in r.extra
+        x = r.weight_bytes / 2**20
         ax.scatter(
-            [r.weight_bytes / 2**20],
-            [r.quant_value],
-            marker="D" if plan else "o",
-            c="tab:red" if plan else "tab:blue",
-            zorder=3,
+            [x], [r.delta_pct], marker="D" if plan else "o", c="tab:red" if plan else "tab:blue", zorder=3
         )
         ax.annotate(
             f"{r.scheme} ({r.delta_pct:+.2f} %)",
-            (r.weight_bytes / 2**20, r.quant_value),
+            (x, r.delta_pct),
             textcoords="offset points",
             xytext=(6, -10 if plan else 4),
             fontsize=8,
         )
-    budgets = sorted({r.extra["budget"] for r in rows if "budget" in r.extra})
-    worse_up = "perplexity" in r0.metric
-    for b in budgets:
-        y = r0.float_value * (1 + b if worse_up else 1 - b)
+    for b in sorted({r.extra["budget"] for r in rows if "budget" in r.extra}):
+        y = 100 * b if worse_up else -100 * b
         ax.axhline(y, ls="--", lw=0.8, c="tab:red")
         ax.annotate(
             f"budget {b * 100:g} %",
@@ -425,8 +420,11 @@ def plot_results(results: Sequence[EvalResult], path: str | Path, title: str = "
             fontsize=8,
             color="tab:red",
         )
+    ax.axhline(0.0, lw=0.5, c="k")
     ax.set_xlabel("model weights, MiB (parameters + buffers)")
-    ax.set_ylabel(r0.metric + (" (lower is better)" if worse_up else " (higher is better)"))
+    ax.set_ylabel(
+        f"{r0.metric}: change vs float, % ({'lower' if worse_up else 'higher'} is better)", fontsize=8
+    )
     ax.set_title(title or Path(r0.model).name, fontsize=10)
     ax.grid(alpha=0.3)
     fig.tight_layout()

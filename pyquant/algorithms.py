@@ -1,6 +1,7 @@
 """Weight-quantization algorithms: a registry of functions (weight, config, stats) -> packed tensors.
 
-Only round-to-nearest ("rtn") ships now. A better algorithm (GPTQ, AWQ, ...) plugs in with
+INT4: "rtn", "mse", "gptq", "awq", "awq-gptq" (``pyquant.int4_algorithms``); FP8: "rtn", "gptq".
+Another algorithm plugs in with
 
     @register_weight_quantizer("int4", "gptq", needs={"hessian"})
     def gptq(weight, config, stats): ...   # returns Int4Packed in the op layout
@@ -30,6 +31,7 @@ __all__ = [
     "register_weight_quantizer",
     "get_weight_quantizer",
     "registered_algorithms",
+    "prepare_gptq",
 ]
 
 # What the calibration pass can collect per layer (on the layer's input activations):
@@ -151,6 +153,35 @@ def _fp8_scales(weight: torch.Tensor, block_size: int) -> torch.Tensor:
     return scale if block_size else scale[:, 0]
 
 
+def prepare_gptq(
+    weight: torch.Tensor, stats: CalibrationStats | None, damp: float, perm: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Shared GPTQ set-up -> (W float32 [N, K] copy, upper Cholesky factor of H^-1 float32 [K, K]).
+
+    H = sum x x^T of the layer input. Dead input channels (H_jj = 0: the input is always zero there)
+    get H_jj = 1 and zero weights, so H stays invertible and those columns cost nothing. Damping adds
+    ``damp * mean(diag H)`` to the diagonal (numerical stability with few calibration tokens). With
+    ``perm`` (act-order) both W's columns and H are permuted first, so the factor is in processing
+    order. The upper Cholesky factor U of H^-1 (H^-1 = U^T U) is what the column loop needs: row i of
+    U, divided by U_ii, spreads column i's rounding error over the later columns."""
+    if stats is None or stats.hessian is None:
+        raise ValueError("'gptq' needs calibration statistics (hessian): pass calibration_data")
+    w = weight.detach().float().cpu().clone()
+    k = w.shape[1]
+    h = stats.hessian.detach().double().cpu().clone()
+    if h.shape != (k, k):
+        raise ValueError(f"gptq: Hessian shape {tuple(h.shape)} does not match in_features {k}")
+    dead = torch.diag(h) == 0
+    h[dead, dead] = 1.0
+    w[:, dead] = 0.0
+    if perm is not None:
+        w = w[:, perm]
+        h = h[perm][:, perm]
+    h += torch.eye(k, dtype=torch.float64) * (damp * float(torch.diag(h).mean()))
+    hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)
+    return w, hinv.float()
+
+
 @register_weight_quantizer("fp8", "gptq", needs={"hessian"})
 def _fp8_gptq(
     weight: torch.Tensor, config: Fp8Config, stats: CalibrationStats | None, damp: float = 0.01
@@ -161,17 +192,11 @@ def _fp8_gptq(
     layer's output error instead of the weight error. Same packed layout as "rtn"."""
     if stats is None or stats.hessian is None:
         raise ValueError("fp8 'gptq' needs calibration statistics (hessian): pass calibration_data")
-    w = weight.detach().float().cpu().clone()
+    w, hinv = prepare_gptq(weight, stats, damp)
     n, k = w.shape
     bsz = config.weight_block_size
-    scale = _fp8_scales(w, bsz)
+    scale = _fp8_scales(weight.detach().float().cpu(), bsz)  # from the original weights, as before
     s_el = scale[:, None].expand(n, k) if bsz == 0 else scale.repeat_interleave(bsz, dim=1)[:, :k]
-    h = stats.hessian.detach().double().cpu().clone()
-    dead = torch.diag(h) == 0
-    h[dead, dead] = 1.0
-    w[:, dead] = 0.0
-    h += torch.eye(k, dtype=torch.float64) * (damp * float(torch.diag(h).mean()))
-    hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True).float()
     fmax = layout.FP8_E4M3_MAX
     q = torch.empty(n, k, dtype=torch.float8_e4m3fn)
     blk = 128
@@ -190,3 +215,8 @@ def _fp8_gptq(
             err1[:, i] = e
         w[:, i2:] -= err1 @ hinv[i1:i2, i2:]
     return Fp8Packed(q, scale.contiguous())
+
+
+# INT4 algorithms beyond RTN ("mse", "gptq", "awq", "awq-gptq") live in their own module; importing it
+# registers them (it imports this module's registry, hence the import at the end).
+from pyquant import int4_algorithms  # noqa: E402, F401

@@ -36,12 +36,23 @@ class Int4Config:
 
     block_size: K elements sharing one scale (power of two, 16..256); K need not be a multiple.
     symmetric: True -> zero point fixed at 8 (no zero_points input); False -> per-block zero points.
-    algorithm: name of a registered weight quantizer (``pyquant.algorithms``), "rtn" by default.
+    algorithm: name of a registered weight quantizer (``pyquant.algorithms``), "rtn" by default:
+        "rtn" round to nearest; "mse" per-block clipping search (no calibration); "gptq" GPTQ
+        (calibration data); "awq" / "awq-gptq" activation-aware scale migration folded into the
+        preceding norm / linear (a model-level pre-pass of ``pyquant.quantize``, calibration data),
+        then the clipping search / GPTQ.
+    gptq_damp: GPTQ damping, relative to the mean Hessian diagonal (0 < damp <= 1).
+    act_order: GPTQ processes columns by decreasing Hessian diagonal (scales stay per K block).
+    clip_grid: shrink factors tried by the clipping search of "mse", "awq" and GPTQ's block scales
+        (evenly spaced in [0.5, 1]); 0 -> plain min/max range (RTN scales).
     """
 
     block_size: int = 128
     symmetric: bool = True
     algorithm: str = "rtn"
+    gptq_damp: float = 0.01
+    act_order: bool = False
+    clip_grid: int = 20
     scheme: Literal["int4"] = field(default="int4", init=False)
 
     def __post_init__(self) -> None:
@@ -52,9 +63,24 @@ class Int4Config:
             )
         if not isinstance(self.symmetric, bool):
             raise ValueError(f"Int4Config.symmetric must be a bool, got {self.symmetric!r}")
+        if not isinstance(self.algorithm, str) or not self.algorithm:
+            raise ValueError(f"Int4Config.algorithm must be a non-empty str, got {self.algorithm!r}")
+        d = self.gptq_damp
+        if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0.0 < d <= 1.0:
+            raise ValueError(f"Int4Config.gptq_damp must be a float in (0, 1], got {d!r}")
+        if not isinstance(self.act_order, bool):
+            raise ValueError(f"Int4Config.act_order must be a bool, got {self.act_order!r}")
+        g = self.clip_grid
+        if isinstance(g, bool) or not isinstance(g, int) or not 0 <= g <= 1000:
+            raise ValueError(f"Int4Config.clip_grid must be an int in [0, 1000], got {g!r}")
 
     def describe(self) -> str:
-        return f"int4 b{self.block_size} {'sym' if self.symmetric else 'asym'} {self.algorithm}"
+        s = f"int4 b{self.block_size} {'sym' if self.symmetric else 'asym'} {self.algorithm}"
+        if "gptq" in self.algorithm:
+            s += f" damp {self.gptq_damp:g}" + (" act-order" if self.act_order else "")
+        if self.algorithm != "rtn" and self.clip_grid != 20:
+            s += f" clip-grid {self.clip_grid}"
+        return s
 
 
 @dataclass(frozen=True)

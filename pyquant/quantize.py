@@ -47,6 +47,7 @@ class QuantizeSummary:
     float_bytes: int = 0  # bytes of the replaced float weights
     packed_bytes: int = 0  # bytes of their packed replacements
     smoothing: Any = None  # pyquant.smooth.SmoothReport when QuantizeConfig.smoothing was set
+    awq: Any = None  # pyquant.awq.AwqReport when a layer used Int4Config(algorithm="awq" | "awq-gptq")
 
     def table(self) -> str:
         rows = [f"{'layer':60s} scheme"]
@@ -186,6 +187,9 @@ def quantize(
             continue
         chosen[name] = (mod, cfg)
 
+    for _, cfg in chosen.values():  # unknown algorithm names fail before any pre-pass mutates the model
+        get_weight_quantizer(cfg.scheme, cfg.algorithm)
+
     if qcfg.smoothing is not None:
         if calibration_data is None:
             raise ValueError("QuantizeConfig.smoothing needs calibration_data (pass it to pyquant.quantize)")
@@ -196,6 +200,25 @@ def quantize(
         summary.smoothing = smooth_model(
             model, calibration_data, qcfg.smoothing, forward_fn=forward_fn, layer_filter=fp8.__contains__
         )
+
+    from pyquant.awq import AWQ_ALGORITHMS
+
+    awq_layers = {
+        n: c for n, (_, c) in chosen.items() if isinstance(c, Int4Config) and c.algorithm in AWQ_ALGORITHMS
+    }
+    if awq_layers:
+        # Model-level pre-pass, like smoothing: groups of layers sharing one input get one scale
+        # vector, folded into the op producing that input, before any weight is quantized.
+        if calibration_data is None:
+            first = next(iter(awq_layers))
+            raise ValueError(
+                f"layer {first!r} uses int4 {awq_layers[first].algorithm!r}, which needs calibration_data "
+                "(pass it to pyquant.quantize)"
+            )
+        from pyquant.awq import awq_model
+
+        calibration_data = list(calibration_data)  # iterated again for the statistics below
+        summary.awq = awq_model(model, calibration_data, awq_layers, forward_fn=forward_fn, progress=progress)
 
     needs: dict[str, frozenset[str]] = {}
     for name, (_, cfg) in chosen.items():
@@ -261,6 +284,7 @@ def quantize(
         prev.float_bytes += summary.float_bytes
         prev.packed_bytes += summary.packed_bytes
         prev.smoothing = summary.smoothing or prev.smoothing
+        prev.awq = summary.awq or prev.awq
         summary = prev
     model.pyquant_summary = summary
     log.info("pyquant: quantized %d layers, kept %d in float", len(summary.quantized), len(summary.skipped))

@@ -7,7 +7,11 @@ Scheme names (``ModelRecipe.quantize_config(scheme)``):
   int4-b<bs>[-asym]          block-wise INT4 RTN, e.g. int4-b64, int4-b128-asym
   fp8-channel / fp8-b<bs>    FP8 with per-channel / per-block (along K) weight scales
   ...-static                 FP8 with a calibrated per-tensor activation scale (else dynamic per token)
-  ...-gptq                   GPTQ-style error-compensating weight rounding (calibration data), e.g. fp8-gptq
+  ...-gptq                   GPTQ error-compensating weight rounding (calibration data), FP8 or INT4,
+                             e.g. fp8-gptq, int4-b128-gptq; INT4 only: -gptq-act with act-order
+  ...-mse                    INT4 per-block clipping (scale) search, no calibration, e.g. int4-b128-mse
+  ...-awq[-gptq]             INT4 AWQ activation-aware scaling folded into the preceding norm / linear
+                             (calibration data), then the clipping search (-awq) or GPTQ (-awq-gptq)
   ...-sq<alpha> / -sqauto    SmoothQuant-style smoothing folded into the float model before quantizing
                              (pyquant.smooth), e.g. fp8-sq0.3, fp8-channel-gptq-sqauto; -sqnone: no smoothing
 """
@@ -73,9 +77,11 @@ class ModelRecipe:
     smoothing: dict[str, float | str] = field(default_factory=dict)  # tuned scheme -> smoothing alpha
 
     def quantize_config(self, scheme: str) -> QuantizeConfig | None:
-        m = re.fullmatch(r"(.*?)(-gptq)?(?:-sq(auto|none|\d*\.?\d+))?", scheme.strip().lower())
+        m = re.fullmatch(
+            r"(.*?)(-awq)?(-gptq|-mse)?(-act)?(?:-sq(auto|none|\d*\.?\d+))?", scheme.strip().lower()
+        )
         assert m is not None
-        base, gptq, sq = m.group(1), m.group(2), m.group(3)
+        base, awq, algo, act, sq = m.group(1), m.group(2), m.group(3), m.group(4), m.group(5)
         include: tuple[str, ...] = ("*",)
         if base.endswith("-mlp"):
             if not self.mlp_layers:
@@ -83,13 +89,23 @@ class ModelRecipe:
             base, include = base[: -len("-mlp")], self.mlp_layers
         cfg = parse_scheme(base, self.schemes)
         if cfg is None:
-            if gptq or sq:
-                raise ValueError(f"scheme {scheme!r}: -gptq / -sq need a quantized scheme")
+            if awq or algo or act or sq:
+                raise ValueError(
+                    f"scheme {scheme!r}: -awq / -gptq / -mse / -act / -sq need a quantized scheme"
+                )
             return None
-        if gptq:
-            if not isinstance(cfg, Fp8Config):
-                raise ValueError(f"scheme {scheme!r}: -gptq is implemented for FP8 only")
-            cfg = dataclasses.replace(cfg, algorithm="gptq")
+        if act and algo != "-gptq":
+            raise ValueError(f"scheme {scheme!r}: -act (act-order) applies to -gptq only")
+        if isinstance(cfg, Fp8Config):
+            if awq or algo == "-mse" or act:
+                raise ValueError(f"scheme {scheme!r}: -awq / -mse / -act are INT4 algorithms")
+            if algo:
+                cfg = dataclasses.replace(cfg, algorithm="gptq")
+        elif awq or algo:
+            name = "awq" if awq else algo[1:]
+            if awq and algo == "-gptq":
+                name = "awq-gptq"
+            cfg = dataclasses.replace(cfg, algorithm=name, act_order=bool(act))
         smoothing: float | str | None = self.smoothing.get(base)
         if sq is not None:
             smoothing = None if sq == "none" else sq if sq == "auto" else float(sq)

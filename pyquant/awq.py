@@ -1,0 +1,191 @@
+"""AWQ-style activation-aware scaling for INT4 weights (Lin et al. 2023), folded into the float model.
+
+Run by ``pyquant.quantize`` for layers with ``Int4Config(algorithm="awq" | "awq-gptq")``, before any
+weight is quantized (like ``QuantizeConfig.smoothing``):
+
+    y = x W^T = (x / s) (W diag(s))^T
+
+Input channels that carry large activations matter most for the output error; multiplying their
+weight columns by s_j > 1 before block-wise INT4 rounding gives them relatively finer steps (the block
+scale is set by the block's largest |w|, so the other columns of the block pay a little). The 1/s_j is
+folded into the op producing x, exactly as SmoothQuant smoothing is (``pyquant.smooth``: the same fold
+groups: norms before q/k/v and gate/up, v -> o, up -> down for Llama/Qwen/Mistral; v -> attention
+output for BERT), so the exported graph has no extra op.
+
+Per group, s = abs_mean(x)^alpha (normalised to a geometric mean of ~1), with alpha from a grid in
+[0, 1] minimising sum over the group's layers of ||X W^T - (X / s) Q(W diag(s))^T||^2 on up to
+``max_tokens`` calibration tokens (Q: the layer's INT4 round-to-nearest). alpha = 0 (no scaling) is
+a candidate, so a group is never made worse on that measure. Layers of no foldable group (e.g. BERT's
+q/k, intermediate and output dense, or unsupported architectures) keep the plain clipping search of the
+"awq" quantizer and are logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from pyquant.config import Int4Config
+from pyquant.int4_algorithms import fake_quantize_int4
+from pyquant.smooth import SmoothGroup, _check_norm_is_scalable, _fold, _run, find_smooth_groups
+
+__all__ = ["AwqReport", "awq_model", "AWQ_ALGORITHMS", "search_awq_scale"]
+
+log = logging.getLogger("pyquant")
+
+AWQ_ALGORITHMS = frozenset({"awq", "awq-gptq"})
+_S_MIN, _S_MAX = 1e-4, 1e4
+
+
+@dataclass
+class AwqReport:
+    architecture: str
+    n_tokens: int = 0
+    groups: dict[str, float] = field(default_factory=dict)  # group -> chosen alpha
+    error_ratio: dict[str, float] = field(default_factory=dict)  # group -> proxy error vs alpha 0
+    unscaled: dict[str, str] = field(default_factory=dict)  # awq layer -> why it got no scale migration
+
+    def table(self) -> str:
+        rows = [f"{'group':44s} {'alpha':>5s} {'err / err(rtn)':>15s}"]
+        rows += [f"{g:44s} {a:5.2f} {self.error_ratio[g]:15.3f}" for g, a in self.groups.items()]
+        rows += [f"{n:44s} clipping search only: {why}" for n, why in self.unscaled.items()]
+        return "\n".join(rows)
+
+
+def search_awq_scale(
+    x: torch.Tensor,
+    abs_mean: torch.Tensor,
+    layers: Sequence[tuple[torch.Tensor, Int4Config]],
+    n_grid: int = 11,
+    expand: torch.Tensor | None = None,
+) -> tuple[float, torch.Tensor, float]:
+    """-> (alpha, s over abs_mean's channels, proxy error / proxy error at alpha 0).
+
+    x [T, K]: calibration inputs of the layers; abs_mean: mean |x| per channel of the producing op
+    ([K], or per v row with ``expand`` mapping each of the K inputs to one of them); layers: (float
+    weight [N, K], config) of every consumer."""
+    x = x.float()
+    refs = [(w.float(), c) for w, c in layers]
+    am = abs_mean.float().clamp(min=1e-8)
+    best: tuple[float, torch.Tensor, float] | None = None
+    err0 = None
+    for i in range(n_grid):
+        alpha = i / max(n_grid - 1, 1)
+        s = am.pow(alpha)
+        s = (s / math.sqrt(float(s.max()) * float(s.min()))).clamp(_S_MIN, _S_MAX)
+        s_in = s if expand is None else s[expand]
+        err = 0.0
+        for w, c in refs:
+            # ΔW = W - Q(W diag(s)) diag(1/s): the layer's output error is X ΔW^T
+            dw = w - fake_quantize_int4(w * s_in, c.block_size, c.symmetric) / s_in
+            err += float((x @ dw.t()).pow(2).sum())
+        if err0 is None:
+            err0 = err
+        if best is None or err < best[2]:
+            best = (alpha, s, err)
+    assert best is not None and err0 is not None
+    return best[0], best[1], best[2] / err0 if err0 > 0 else 1.0
+
+
+def _reduce_mean(g: SmoothGroup, per_in: torch.Tensor) -> torch.Tensor:
+    """[K of the consumers] -> [channels of prev]: for GQA v -> o, the mean over the query heads
+    reading one v row (they all share its scale)."""
+    if g.expand is None:
+        return per_in
+    n = int(g.expand.max()) + 1
+    tot = torch.zeros(n).index_add_(0, g.expand, per_in)
+    cnt = torch.zeros(n).index_add_(0, g.expand, torch.ones_like(per_in))
+    return tot / cnt.clamp(min=1)
+
+
+def awq_model(
+    model: nn.Module,
+    calib_batches: Sequence[Any],
+    layer_configs: Mapping[str, Int4Config],
+    *,
+    forward_fn: Callable[[nn.Module, Any], Any] | None = None,
+    n_grid: int = 11,
+    max_tokens: int = 512,
+    progress: bool = False,
+) -> AwqReport:
+    """Scale and fold every group whose consumers are all in ``layer_configs`` (the INT4 AWQ layers);
+    mutates the float model (its function is unchanged up to float rounding)."""
+    calib_batches = list(calib_batches)
+    try:
+        family, groups = find_smooth_groups(model)
+    except ValueError as e:
+        family, groups = "unsupported", []
+        log.warning("pyquant awq: no scale migration (%s); AWQ layers get the clipping search only", e)
+    report = AwqReport(family)
+    todo: list[SmoothGroup] = []
+    for g in groups:
+        names = [n for n, _ in g.linears]
+        if not any(n in layer_configs for n in names):
+            continue
+        if not all(n in layer_configs for n in names):
+            why = f"group {g.name} also feeds layers that are not AWQ INT4"
+        else:
+            why = _check_norm_is_scalable(g)
+        if why is not None:
+            for n in names:
+                if n in layer_configs:
+                    report.unscaled[n] = why
+            continue
+        todo.append(g)
+    covered = {n for g in todo for n, _ in g.linears}
+    for n in layer_configs:
+        if n not in covered and n not in report.unscaled:
+            report.unscaled[n] = "no foldable preceding op"
+    for n, why in report.unscaled.items():
+        log.info("pyquant awq: %s: %s", n, why)
+    if not todo:
+        return report
+
+    # one pass: per-channel sum |x| and a token sample of each group's input
+    quota = max(1, math.ceil(max_tokens / max(len(calib_batches), 1)))
+    sums: dict[str, torch.Tensor] = {}
+    count: dict[str, int] = {}
+    samples: dict[str, list[torch.Tensor]] = {}
+    gen = torch.Generator().manual_seed(0)
+
+    def hook_for(g: SmoothGroup):  # noqa: ANN202
+        def hook(mod: nn.Module, args: tuple) -> None:
+            x = args[0].detach().reshape(-1, mod.in_features).float().cpu()
+            sums[g.name] = sums.get(g.name, 0) + x.abs().sum(0)
+            count[g.name] = count.get(g.name, 0) + x.shape[0]
+            idx = torch.randperm(x.shape[0], generator=gen)[:quota]
+            samples.setdefault(g.name, []).append(x[idx])
+
+        return hook
+
+    handles = [g.linears[0][1].register_forward_pre_hook(hook_for(g)) for g in todo]
+    try:
+        _run(model, calib_batches, forward_fn)
+    finally:
+        for h in handles:
+            h.remove()
+
+    items: Any = todo
+    if progress:
+        from tqdm.auto import tqdm
+
+        items = tqdm(todo, desc="awq scales", unit="group")
+    for g in items:
+        if g.name not in count:
+            raise ValueError(f"awq: {g.linears[0][0]} saw no calibration tokens")
+        report.n_tokens = max(report.n_tokens, count[g.name])
+        x = torch.cat(samples[g.name])[:max_tokens]
+        am = _reduce_mean(g, sums[g.name] / count[g.name])
+        layers = [(lin.weight.detach().float().cpu(), layer_configs[n]) for n, lin in g.linears]
+        alpha, s, ratio = search_awq_scale(x, am, layers, n_grid, g.expand)
+        report.groups[g.name] = alpha
+        report.error_ratio[g.name] = ratio
+        if alpha > 0:
+            _fold(g, s.to(g.linears[0][1].weight.device))
+    return report

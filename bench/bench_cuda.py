@@ -52,6 +52,16 @@ METHODS = [
     "torch_scaled_mm",
 ]
 BLOCK = 128
+# Variants of pyquant_int4 selected through the library's environment switches (read when a
+# kernel is created): the tiled mma.sync kernel at every M, the portable kernels only (Hopper GEMM
+# off), the Hopper GEMM from M = 1, and the M <= 8 kernel variants of matmul_int4_impl.cu.
+_NO_SM90 = {"PYQUANT_INT4_SM90_MIN_M": str(1 << 40)}
+METHOD_ENV = {
+    "pyquant_int4_tiled": {"PYQUANT_INT4_TILED_MIN_M": "0", **_NO_SM90},
+    "pyquant_int4_portable": _NO_SM90,
+    "pyquant_int4_sm90all": {"PYQUANT_INT4_SM90_MIN_M": "1"},
+    **{f"pyquant_int4_v{i}": {"PYQUANT_INT4_GEMV_VARIANT": str(i)} for i in range(6)},
+}
 
 
 def log(*a):
@@ -95,7 +105,7 @@ def build_model(method, rng, k, n, layers):
 
     nodes, inits = [], []
     for i in range(layers):
-        if method in ("pyquant_int4", "pyquant_int4_tiled", "pyquant_int4_portable", "ort_matmulnbits"):
+        if method.startswith("pyquant_int4") or method == "ort_matmulnbits":
             b, s = _int4_weights(rng, k, n)
             inits.append(numpy_helper.from_array(b, f"B{i}"))
             if method.startswith("pyquant_int4"):
@@ -143,7 +153,7 @@ def build_model(method, rng, k, n, layers):
 
 def weight_bytes(method, k, n):
     nb = (k + BLOCK - 1) // BLOCK
-    if method in ("pyquant_int4", "pyquant_int4_tiled", "pyquant_int4_portable", "ort_matmulnbits"):
+    if method.startswith("pyquant_int4") or method == "ort_matmulnbits":
         return n * nb * BLOCK // 2 + n * nb * 2
     if method in ("ort_matmul_fp16", "torch_fp16"):
         return n * k * 2
@@ -212,15 +222,13 @@ def bench_ort(method, model_bytes, k, n, layers, m_list, use_graph=True):
     so = session_options()
     so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     so.log_severity_level = 3
-    if method == "pyquant_int4_tiled":  # read at kernel creation
-        os.environ["PYQUANT_INT4_TILED_MIN_M"] = "0"
-    if method in ("pyquant_int4_tiled", "pyquant_int4_portable"):
-        os.environ["PYQUANT_INT4_SM90_MIN_M"] = str(1 << 40)
+    env = METHOD_ENV.get(method, {})
+    os.environ.update(env)  # read at kernel creation
     try:
         sess = ort.InferenceSession(model_bytes, sess_options=so, providers=[("CUDAExecutionProvider", opts)])
     finally:
-        os.environ.pop("PYQUANT_INT4_TILED_MIN_M", None)
-        os.environ.pop("PYQUANT_INT4_SM90_MIN_M", None)
+        for key in env:
+            os.environ.pop(key, None)
     results = {}
     for gid, m in enumerate(m_list, start=1):
         x = (torch.randn(m, k, device="cuda") * 0.5).half()

@@ -22,7 +22,7 @@ namespace pyquant {
 //
 // sm90: on a compute-capability-9.0 GPU, when the library was built with the sm_90a kernels
 // (PYQUANT_WITH_SM90) and the node prepared them (PrepareMatMulInt4Sm90), M >= sm90_min_m runs the
-// CUTLASS mixed-input wgmma GEMM (sm90/int4_gemm_sm90.h; block_size 64/128/256, K and N % 8 == 0).
+// CUTLASS mixed-input wgmma GEMM (sm90/int4_gemm_sm90.h; block_size 64/128/256, K % 32 == 0, N % 8 == 0).
 //
 // ws: device scratch (MatMulInt4WorkspaceBytes bytes): the split-K sums of the tiled kernel
 // (M * N floats when a split is used) or the sm90 GEMM's stream-K partial tiles. With less, the

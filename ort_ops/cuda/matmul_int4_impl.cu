@@ -31,6 +31,7 @@
 // the tiled kernel runs at ~170 TFLOP/s at M = 4096, 3-4x behind cuBLAS fp16: a wgmma / CUTLASS
 // mixed-input mainloop is the missing piece for prefill.
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <type_traits>
 
@@ -167,24 +168,21 @@ __device__ __forceinline__ void StorePair(T* __restrict__ y, const T* __restrict
 // ---------------------------------------------------------------------------------------------
 // Small / mid M. grid = (ceil(N / 8), ceil(M / (16 * MT))), block = 32 * kWarps.
 //   x [M, K] T, b/scales/zp as above, bias [N] T or nullptr, y [M, N] T.
-// Warp w handles chunks w, w + kWarps, ... of the K range for the CTA's n8 tile and MT m16
-// tiles; partial sums meet in shared memory. The weight loads of U chunks are all issued before
-// the first MMA (U * 16 bytes in flight per thread: what keeps HBM busy at M = 1); X is read per
-// 16-byte piece right before its MMAs (L1 hits: every CTA reads the same rows). kHi = false when
-// M <= 8: rows g + 8 of the single m16 tile are never valid, so neither loaded nor kept.
+// Warp w handles chunk groups of U chunks (w, w + kWarps, ... interleaved) of the K range for
+// the CTA's n8 tile and MT m16 tiles; partial sums meet in shared memory. The weight loads of a
+// group are all issued before its first MMA (U * 16 bytes in flight per thread); with kPrefetch
+// the next group's loads are issued before the current group's MMAs, so HBM streams while the
+// tensor cores work (without it every warp of an SM loads, then waits, then computes, in step:
+// measured 33-41 % of the HBM floor at M = 1, bench/results/2026-11-22-h100-notes.md). X is read
+// per 16-byte piece right before its MMAs (L1 hits: every CTA reads the same rows). kHi = false
+// when M <= 8: rows g + 8 of the single m16 tile are never valid, so neither loaded nor kept.
+// (Staging X in shared memory first was tried for M <= 8 and measured slower: 10.2 vs 8.8 us at
+// 4096 x 4096, bench/results/2026-11-22-h100-bench-cuda-smemx-experiment.md.)
 // ---------------------------------------------------------------------------------------------
-//
-// kSmemX: the CTA first copies all of X (M rows) into shared memory with cp.async, so the
-// per-chunk X reads are shared-memory hits. Tried for M <= 8 (prediction: M = 1 from 8.8 toward
-// 5 us at 4096 x 4096); measured slower (10.2 us, bench/results/2026-11-22-h100-bench-cuda-
-// smemx-experiment.md), so the dispatch does not select it (kept for the next attempt).
-template <typename T, int MT, int kWarps, int U, bool kHi, bool kSmemX>
-__global__ void __launch_bounds__(32 * kWarps) int4_smallm_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b,
-                                                                  const T* __restrict__ scales,
-                                                                  const uint8_t* __restrict__ zp,
-                                                                  const T* __restrict__ bias, T* __restrict__ y,
-                                                                  Int4Geom g) {
-  extern __shared__ __align__(16) uint4 xsm[];  // kSmemX: X [M, K] T, row-major
+template <typename T, int MT, int kWarps, int U, bool kHi, bool kPrefetch, int kMinBlocks>
+__global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
+    int4_smallm_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
+                       const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gr = lane >> 2, t = lane & 3;
   const int col = blockIdx.x * 8 + gr;  // this thread's B row (column of Y)
@@ -193,24 +191,17 @@ __global__ void __launch_bounds__(32 * kWarps) int4_smallm_kernel(const T* __res
 #pragma unroll
   for (int i = 0; i < MT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
 
-  // The same trip count for every warp (chunks past the end are masked), so that the one
-  // __syncthreads() of the X staging is reached by all.
   const int iters = (g.n_chunks + U * kWarps - 1) / (U * kWarps);
-  for (int it = 0; it < iters; ++it) {
+  auto load_group = [&](int it, WeightFrag<T>(&wf)[U]) {
     const int c0 = it * U * kWarps + warp;
-    WeightFrag<T> wf[U];
 #pragma unroll
     for (int uu = 0; uu < U; ++uu) {
       const int c = c0 + uu * kWarps;
       wf[uu] = LoadWeightFrag<T>(b, scales, zp, g, c < g.n_chunks ? col : g.n, c * 128 + 32 * t);
     }
-    if (kSmemX && it == 0) {
-      const int pieces = g.m * (g.k >> 3);  // 16-byte pieces of X (K % 8 == 0)
-      for (int i = threadIdx.x; i < pieces; i += 32 * kWarps) CpAsync16(&xsm[i], x + 8 * int64_t(i), true);
-      CpAsyncCommit();
-      CpAsyncWait<0>();
-      __syncthreads();
-    }
+  };
+  auto compute_group = [&](int it, const WeightFrag<T>(&wf)[U]) {
+    const int c0 = it * U * kWarps + warp;
 #pragma unroll
     for (int uu = 0; uu < U; ++uu) {
       const int c = c0 + uu * kWarps;
@@ -226,11 +217,8 @@ __global__ void __launch_bounds__(32 * kWarps) int4_smallm_kernel(const T* __res
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int row = m0 + 16 * i + gr + 8 * h;
-            if ((kHi || h == 0) && row < g.m && kk < g.k) {
-              a[i][h] = kSmemX ? xsm[(row * g.k + kk) >> 3] : LoadCached16(x + int64_t(row) * g.k + kk);
-            } else {
-              a[i][h] = make_uint4(0, 0, 0, 0);
-            }
+            a[i][h] = ((kHi || h == 0) && row < g.m && kk < g.k) ? LoadCached16(x + int64_t(row) * g.k + kk)
+                                                                 : make_uint4(0, 0, 0, 0);
           }
         }
         uint32_t w[4];
@@ -244,6 +232,21 @@ __global__ void __launch_bounds__(32 * kWarps) int4_smallm_kernel(const T* __res
           }
         }
       }
+    }
+  };
+
+  WeightFrag<T> wf[U];
+  load_group(0, wf);
+  for (int it = 0; it < iters; ++it) {
+    if constexpr (kPrefetch) {
+      WeightFrag<T> wn[U];
+      if (it + 1 < iters) load_group(it + 1, wn);  // in flight during this group's MMAs
+      compute_group(it, wf);
+#pragma unroll
+      for (int uu = 0; uu < U; ++uu) wf[uu] = wn[uu];
+    } else {
+      if (it > 0) load_group(it, wf);
+      compute_group(it, wf);
     }
   }
 
@@ -404,6 +407,58 @@ __global__ void int4_split_finalize_kernel(const float* __restrict__ ws, const T
 }
 
 // ---------------------------------------------------------------------------------------------
+// M <= 8 (decode): which (warps per CTA, chunks per group, prefetch) the small-M kernel runs
+// with. PYQUANT_INT4_GEMV_VARIANT=<index> pins one (benchmarks); else GemvVariantFor chooses.
+//   0: 4 warps, U = 8, no prefetch (the first version)
+//   1: 4 warps, U = 4, prefetch          2: 2 warps, U = 4, prefetch
+//   3: 8 warps, U = 2, prefetch          4: 1 warp,  U = 4, prefetch
+//   5: 2 warps, U = 2, prefetch, >= 8 CTAs per SM (register cap)
+// ---------------------------------------------------------------------------------------------
+namespace {
+constexpr int kGemvVariants = 6;
+
+int GemvVariantFromEnv() {
+  static const int v = [] {
+    const char* e = std::getenv("PYQUANT_INT4_GEMV_VARIANT");
+    if (e == nullptr || *e == 0) return -1;
+    const int i = std::atoi(e);
+    return (i >= 0 && i < kGemvVariants) ? i : -1;
+  }();
+  return v;
+}
+
+int GemvVariantFor(const MatMulInt4Problem& p) {
+  const int forced = GemvVariantFromEnv();
+  if (forced >= 0) return forced;
+  return 0;
+}
+
+template <typename T>
+void LaunchGemvVariant(int v, dim3 grid, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias,
+                       T* y, const Int4Geom& g, cudaStream_t stream) {
+  switch (v) {
+    case 1:
+      int4_smallm_kernel<T, 1, 4, 4, false, true, 1><<<grid, 128, 0, stream>>>(x, b, s, zp, bias, y, g);
+      break;
+    case 2:
+      int4_smallm_kernel<T, 1, 2, 4, false, true, 1><<<grid, 64, 0, stream>>>(x, b, s, zp, bias, y, g);
+      break;
+    case 3:
+      int4_smallm_kernel<T, 1, 8, 2, false, true, 1><<<grid, 256, 0, stream>>>(x, b, s, zp, bias, y, g);
+      break;
+    case 4:
+      int4_smallm_kernel<T, 1, 1, 4, false, true, 1><<<grid, 32, 0, stream>>>(x, b, s, zp, bias, y, g);
+      break;
+    case 5:
+      int4_smallm_kernel<T, 1, 2, 2, false, true, 8><<<grid, 64, 0, stream>>>(x, b, s, zp, bias, y, g);
+      break;
+    default:
+      int4_smallm_kernel<T, 1, 4, 8, false, false, 1><<<grid, 128, 0, stream>>>(x, b, s, zp, bias, y, g);
+  }
+}
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
 // Launchers
 // ---------------------------------------------------------------------------------------------
 
@@ -430,8 +485,7 @@ int Log2(int64_t v) {
 }
 
 // Which fast kernel serves a problem, or none (-> reference kernel).
-// kSmallM8Smem is not selected (see kSmemX above).
-enum class Int4Path { kRef, kSmallM8Smem, kSmallM8, kSmallM16, kSmallM32, kSmallM64, kTiled, kSm90 };
+enum class Int4Path { kRef, kSmallM8, kSmallM16, kSmallM32, kSmallM64, kTiled, kSm90 };
 
 // Compute capability 9.0 (the sm_90a code runs there only), asked once per device.
 bool CurrentDeviceIsSm90() {
@@ -478,7 +532,7 @@ bool Sm90ShapeOk(const MatMulInt4Problem& p) {
   } else {
     const auto& a = p.attrs;
     const bool block_ok = a.block_size == 64 || a.block_size == 128 || a.block_size == 256;
-    return block_ok && a.k % 8 == 0 && a.n % 8 == 0 && p.m < (int64_t{1} << 31) && CurrentDeviceIsSm90();
+    return block_ok && a.k % 32 == 0 && a.n % 8 == 0 && p.m < (int64_t{1} << 31) && CurrentDeviceIsSm90();
   }
 #else
   (void)p;
@@ -494,7 +548,7 @@ Int4Path ChooseInt4Path(const MatMulInt4Problem& p, int64_t tiled_min_m, const I
     const auto& a = p.attrs;
 #if PYQUANT_WITH_SM90
     if (sm90 != nullptr && sm90->scales_t != nullptr && p.m >= sm90->min_m && Sm90ShapeOk<T>(p) &&
-        sm90::Int4GemmSupported(Sm90Args<T>(p, sm90))) {
+        sm90::Int4GemmSupported(Sm90Args<T>(p, sm90), std::is_same<T, __nv_bfloat16>::value)) {
       return Int4Path::kSm90;
     }
 #endif
@@ -574,22 +628,17 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
     const unsigned n8 = static_cast<unsigned>((a.n + 7) / 8);
     const auto my = [&](int rows) { return static_cast<unsigned>((p.m + rows - 1) / rows); };
     switch (path) {
-      case Int4Path::kSmallM8Smem: {
-        const size_t smem = static_cast<size_t>(p.m * a.k) * sizeof(T);
-        int4_smallm_kernel<T, 1, 4, 8, false, true><<<dim3(n8, 1), 128, smem, stream>>>(x, p.b, s, p.zero_points, bias, y, g);
-        break;
-      }
       case Int4Path::kSmallM8:
-        int4_smallm_kernel<T, 1, 4, 8, false, false><<<dim3(n8, 1), 128, 0, stream>>>(x, p.b, s, p.zero_points, bias, y, g);
+        LaunchGemvVariant<T>(GemvVariantFor(p), dim3(n8, 1), x, p.b, s, p.zero_points, bias, y, g, stream);
         break;
       case Int4Path::kSmallM16:
-        int4_smallm_kernel<T, 1, 4, 8, true, false><<<dim3(n8, 1), 128, 0, stream>>>(x, p.b, s, p.zero_points, bias, y, g);
+        int4_smallm_kernel<T, 1, 4, 8, true, false, 1><<<dim3(n8, 1), 128, 0, stream>>>(x, p.b, s, p.zero_points, bias, y, g);
         break;
       case Int4Path::kSmallM32:
-        int4_smallm_kernel<T, 2, 4, 8, true, false><<<dim3(n8, my(32)), 128, 0, stream>>>(x, p.b, s, p.zero_points, bias, y, g);
+        int4_smallm_kernel<T, 2, 4, 8, true, false, 1><<<dim3(n8, my(32)), 128, 0, stream>>>(x, p.b, s, p.zero_points, bias, y, g);
         break;
       case Int4Path::kSmallM64:
-        int4_smallm_kernel<T, 4, 4, 4, true, false><<<dim3(n8, my(64)), 128, 0, stream>>>(x, p.b, s, p.zero_points, bias, y, g);
+        int4_smallm_kernel<T, 4, 4, 4, true, false, 1><<<dim3(n8, my(64)), 128, 0, stream>>>(x, p.b, s, p.zero_points, bias, y, g);
         break;
       default: {
         const int split = TiledSplitK(p);

@@ -13,12 +13,15 @@
 // No software transposes at run time: only the views differ.
 //
 // Tiles. K tile 64 (one 128-byte TMA row of fp16), so block_size must be a multiple of 64.
-// Two configurations, both "cooperative" (2 consumer warpgroups of 64 rows of M_c each + 1 TMA
+// Three configurations, all "cooperative" (2 consumer warpgroups of 64 rows of M_c each + 1 TMA
 // producer warpgroup) with the stream-K tile scheduler, which splits the K loop of the last wave
 // over the idle SMs (deterministic reduction of the partial tiles in the workspace): without it,
 // M = 64..256 gives only N / 128 tiles, e.g. 32 CTAs for N = 4096 on a 132-SM H100.
 //   Narrow: 128 (N) x  64 (M) x 64 (K)   for M <= 64
-//   Wide:   128 (N) x 128 (M) x 64 (K)   above
+//   Wide:   128 (N) x 128 (M) x 64 (K)   for M <= 512
+//   Huge:   128 (N) x 256 (M) x 64 (K)   above: the int4 decode (in the consumer warpgroups, per
+//           K tile) is amortised over twice the columns; measured 0.7-0.8x of cuBLAS fp16 with
+//           the 128-wide tile at M = 4096 (bench/results/2026-11-22-h100-bench-cuda-int4.md)
 #include "cuda/sm90/int4_gemm_sm90.h"
 
 #include <cuda_bf16.h>
@@ -117,6 +120,12 @@ struct Int4Gemm {
 
   static size_t WorkspaceBytes(const Int4GemmArgs& a) { return Gemm::get_workspace_size(MakeArguments(a)); }
 
+  // CUTLASS's own check (TMA alignment of every operand's extents, e.g. K % 32 == 0 for the int4
+  // operand, scale-group vs K tile), on top of our pointer checks.
+  static bool CanImplement(const Int4GemmArgs& a) {
+    return Gemm::can_implement(MakeArguments(a)) == cutlass::Status::kSuccess;
+  }
+
   static cudaError_t Run(const Int4GemmArgs& a, void* ws, size_t ws_bytes, cudaStream_t stream) {
     typename Gemm::Arguments args = MakeArguments(a);
     if (Gemm::get_workspace_size(args) > ws_bytes) return cudaErrorInvalidValue;
@@ -130,40 +139,43 @@ struct Int4Gemm {
 
 using NarrowTile = Shape<_128, _64, _64>;
 using WideTile = Shape<_128, _128, _64>;
+using HugeTile = Shape<_128, _256, _64>;  // each decoded weight feeds 256 columns of X
 constexpr int kNarrowMaxM = 64;
+constexpr int kWideMaxM = 512;
 
-template <typename Element>
-size_t WorkspaceFor(const Int4GemmArgs& a) {
-  return a.m <= kNarrowMaxM ? Int4Gemm<Element, NarrowTile>::WorkspaceBytes(a)
-                            : Int4Gemm<Element, WideTile>::WorkspaceBytes(a);
+// One tile configuration per M range; F is called with the chosen Int4Gemm<Element, Tile>.
+template <typename Element, typename F>
+auto WithConfig(const Int4GemmArgs& a, F&& f) {
+  if (a.m <= kNarrowMaxM) return f(Int4Gemm<Element, NarrowTile>{});
+  if (a.m <= kWideMaxM) return f(Int4Gemm<Element, WideTile>{});
+  return f(Int4Gemm<Element, HugeTile>{});
 }
 
-template <typename Element>
-cudaError_t RunFor(const Int4GemmArgs& a, void* ws, size_t ws_bytes, cudaStream_t stream) {
-  return a.m <= kNarrowMaxM ? Int4Gemm<Element, NarrowTile>::Run(a, ws, ws_bytes, stream)
-                            : Int4Gemm<Element, WideTile>::Run(a, ws, ws_bytes, stream);
+template <typename F>
+auto WithType(bool bf16, const Int4GemmArgs& a, F&& f) {
+  return bf16 ? WithConfig<cutlass::bfloat16_t>(a, f) : WithConfig<cutlass::half_t>(a, f);
 }
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace
 
-bool Int4GemmSupported(const Int4GemmArgs& a) {
+bool Int4GemmSupported(const Int4GemmArgs& a, bool bf16) {
   const bool block_ok = a.block_size == 64 || a.block_size == 128 || a.block_size == 256;
-  return block_ok && a.m > 0 && a.n > 0 && a.k > 0 && a.k % 8 == 0 && a.n % 8 == 0 && a.row_bytes % 16 == 0 &&
-         Aligned16(a.x) && Aligned16(a.b) && Aligned16(a.y) && Aligned16(a.scales_t) && Aligned16(a.zeros_t) &&
-         (a.bias == nullptr || Aligned16(a.bias));
+  const bool ok = block_ok && a.m > 0 && a.n > 0 && a.k > 0 && a.k % 32 == 0 && a.n % 8 == 0 &&
+                  a.row_bytes % 16 == 0 && Aligned16(a.x) && Aligned16(a.b) && Aligned16(a.y) &&
+                  Aligned16(a.scales_t) && Aligned16(a.zeros_t) && (a.bias == nullptr || Aligned16(a.bias));
+  return ok && WithType(bf16, a, [&](auto g) { return decltype(g)::CanImplement(a); });
 }
 
 size_t Int4GemmWorkspaceBytes(const Int4GemmArgs& a, bool bf16) {
-  return bf16 ? WorkspaceFor<cutlass::bfloat16_t>(a) : WorkspaceFor<cutlass::half_t>(a);
+  return WithType(bf16, a, [&](auto g) { return decltype(g)::WorkspaceBytes(a); });
 }
 
 cudaError_t LaunchInt4Gemm(const Int4GemmArgs& a, bool bf16, void* workspace, size_t workspace_bytes,
                            cudaStream_t stream) {
-  if (!Int4GemmSupported(a)) return cudaErrorInvalidValue;
-  return bf16 ? RunFor<cutlass::bfloat16_t>(a, workspace, workspace_bytes, stream)
-              : RunFor<cutlass::half_t>(a, workspace, workspace_bytes, stream);
+  if (!Int4GemmSupported(a, bf16)) return cudaErrorNotSupported;
+  return WithType(bf16, a, [&](auto g) { return decltype(g)::Run(a, workspace, workspace_bytes, stream); });
 }
 
 }  // namespace sm90

@@ -24,7 +24,7 @@ namespace pyquant {
 namespace sm90 {
 
 struct Int4GemmArgs {
-  const void* x = nullptr;         // [M, K] T (row-major, K % 8 == 0, 16-byte aligned)
+  const void* x = nullptr;         // [M, K] T (row-major, K % 32 == 0, 16-byte aligned)
   const uint8_t* b = nullptr;      // [N, row_bytes] packed codes (MatMulInt4 layout), 16-byte aligned
   const void* scales_t = nullptr;  // [n_blocks, N] T
   const void* zeros_t = nullptr;   // [n_blocks, N] T, -zp * s
@@ -37,11 +37,13 @@ struct Int4GemmArgs {
 };
 
 // Shapes and alignments the kernel covers (the caller falls back to the portable kernels
-// otherwise): block_size in {64, 128, 256}, K % 8 == 0, N % 8 == 0, 16-byte aligned x/b/y/bias.
-bool Int4GemmSupported(const Int4GemmArgs& a);
+// otherwise): block_size in {64, 128, 256}, K % 32 == 0, N % 8 == 0, 16-byte aligned pointers,
+// and CUTLASS's can_implement.
+bool Int4GemmSupported(const Int4GemmArgs& a, bool bf16);
 // Device scratch bytes LaunchInt4Gemm needs (stream-K partial tiles); may be 0.
 size_t Int4GemmWorkspaceBytes(const Int4GemmArgs& a, bool bf16);
 // Runs y = x * dequant(b)^T + bias on `stream`. bf16 selects __nv_bfloat16 (else __half) for T.
+// cudaErrorNotSupported: not covered (see Int4GemmSupported).
 cudaError_t LaunchInt4Gemm(const Int4GemmArgs& a, bool bf16, void* workspace, size_t workspace_bytes,
                            cudaStream_t stream);
 

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from pyquant import layout
+from pyquant.calibration import AbsDistribution
 from pyquant.config import Fp8Config, Int4Config
 
 __all__ = [
@@ -38,7 +39,9 @@ __all__ = [
 #   "amax"     max |x| over all calibration tokens (static FP8 activation scale)
 #   "abs_mean" mean |x| per input channel [K] (activation-aware methods such as AWQ)
 #   "hessian"  sum x x^T over tokens [K, K] float32 (second-order methods such as GPTQ)
-STAT_KINDS = frozenset({"amax", "abs_mean", "hessian"})
+#   "abs_dist" bounded histogram + uniform sample of |x| (``pyquant.calibration.AbsDistribution``:
+#              percentile / MSE calibration of static FP8 activation scales)
+STAT_KINDS = frozenset({"amax", "abs_mean", "hessian", "abs_dist"})
 
 
 @dataclass
@@ -47,6 +50,7 @@ class CalibrationStats:
     amax: float | None = None
     abs_mean: torch.Tensor | None = None
     hessian: torch.Tensor | None = None
+    abs_dist: AbsDistribution | None = None
 
 
 @dataclass

@@ -91,11 +91,18 @@ class Fp8Config:
         one scale per block of that many K elements (finer scales, less weight error).
     activation: "dynamic" -> per-token scale computed at run time (amax / 448);
         "static" -> one calibrated per-tensor scale per layer (needs calibration data).
+    calibration: how a static scale is calibrated (``pyquant.calibration``), x_scale = clip / 448:
+        "amax" (default) clip = max |x| seen; "percentile" clip = the ``percentile``-th percentile
+        of |x| (outliers saturate); "mse" clip minimising the FP8 quantization MSE of the observed
+        activations over a grid of shrink factors of amax. Only for activation="static".
+    percentile: the percentile (in (0, 100]) used by calibration="percentile".
     """
 
     weight_block_size: int = 0
     activation: Literal["dynamic", "static"] = "dynamic"
     algorithm: str = "rtn"
+    calibration: Literal["amax", "percentile", "mse"] = "amax"
+    percentile: float = 99.99
     scheme: Literal["fp8"] = field(default="fp8", init=False)
 
     def __post_init__(self) -> None:
@@ -106,10 +113,27 @@ class Fp8Config:
             )
         if self.activation not in ("dynamic", "static"):
             raise ValueError(f"Fp8Config.activation must be 'dynamic' or 'static', got {self.activation!r}")
+        if self.calibration not in ("amax", "percentile", "mse"):
+            raise ValueError(
+                f"Fp8Config.calibration must be 'amax', 'percentile' or 'mse', got {self.calibration!r}"
+            )
+        if self.calibration != "amax" and self.activation != "static":
+            raise ValueError(
+                f"Fp8Config.calibration={self.calibration!r} calibrates a static activation scale; "
+                "it needs activation='static'"
+            )
+        p = self.percentile
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 100.0:
+            raise ValueError(f"Fp8Config.percentile must be a float in (0, 100], got {p!r}")
 
     def describe(self) -> str:
         w = "per-channel" if self.weight_block_size == 0 else f"w-block {self.weight_block_size}"
-        return f"fp8 {w} {self.activation} {self.algorithm}"
+        act = self.activation
+        if act == "static" and self.calibration != "amax":
+            act += f" {self.calibration}" + (
+                f" p{self.percentile:g}" if self.calibration == "percentile" else ""
+            )
+        return f"fp8 {w} {act} {self.algorithm}"
 
 
 LayerConfig = Int4Config | Fp8Config | None  # None: keep the layer in float

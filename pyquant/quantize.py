@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 
 from pyquant.algorithms import CalibrationStats, Fp8Packed, Int4Packed, get_weight_quantizer
+from pyquant.calibration import AbsDistribution, clip_from_stats
 from pyquant.config import (
     Fp8Config,
     Int4Config,
@@ -115,6 +116,10 @@ def _collect_stats(
                 sums[name] = sums.get(name, 0) + x.abs().sum(0)
             if "hessian" in kinds:
                 st.hessian = (0 if st.hessian is None else st.hessian) + x.t() @ x
+            if "abs_dist" in kinds:
+                if st.abs_dist is None:
+                    st.abs_dist = AbsDistribution()
+                st.abs_dist.add(x)
 
         return hook
 
@@ -226,6 +231,8 @@ def quantize(
         kinds = set(algo_needs)
         if isinstance(cfg, Fp8Config) and cfg.activation == "static":
             kinds.add("amax")
+            if cfg.calibration != "amax":
+                kinds.add("abs_dist")
         if kinds:
             needs[name] = frozenset(kinds)
     stats: dict[str, CalibrationStats] = {}
@@ -269,7 +276,10 @@ def quantize(
                     f"fp8 quantizer {cfg.algorithm!r} returned {type(packed).__name__} for {name!r}"
                 )
             packed = Fp8Packed(packed.weight.to(dev), packed.w_scale.to(dev))
-            new = Fp8Linear.from_packed(mod, packed, cfg, name, input_amax=st.amax if st else None)
+            clip = None
+            if st is not None and st.amax is not None:
+                clip = clip_from_stats(cfg.calibration, st.amax, st.abs_dist, cfg.percentile)
+            new = Fp8Linear.from_packed(mod, packed, cfg, name, input_amax=clip)
         parent, attr = _parent_and_attr(model, name)
         setattr(parent, attr, new)
         summary.quantized[name] = cfg

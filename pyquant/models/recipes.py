@@ -6,7 +6,9 @@ Scheme names (``ModelRecipe.quantize_config(scheme)``):
   int4 / fp8                 the recipe's tuned default for that scheme
   int4-b<bs>[-asym]          block-wise INT4 RTN, e.g. int4-b64, int4-b128-asym
   fp8-channel / fp8-b<bs>    FP8 with per-channel / per-block (along K) weight scales
-  ...-static                 FP8 with a calibrated per-tensor activation scale (else dynamic per token)
+  ...-static                 FP8 with a calibrated per-tensor activation scale (else dynamic per token),
+                             clip = amax; -static-pct[<p>]: p-th percentile of |x| (default 99.99),
+                             -static-mseclip: clip minimising the activation FP8 MSE (pyquant.calibration)
   ...-gptq                   GPTQ error-compensating weight rounding (calibration data), FP8 or INT4,
                              e.g. fp8-gptq, int4-b128-gptq; INT4 only: -gptq-act with act-order
   ...-mse                    INT4 per-block clipping (scale) search, no calibration, e.g. int4-b128-mse
@@ -47,15 +49,28 @@ def parse_scheme(scheme: str, defaults: dict[str, LayerConfig] | None = None) ->
     m = re.fullmatch(r"int4(?:-b(\d+))?(-asym|-sym)?", s)
     if m:
         return Int4Config(block_size=int(m.group(1) or 128), symmetric=m.group(2) != "-asym")
-    m = re.fullmatch(r"fp8(?:-(channel)|-b(\d+))?(-static|-dynamic)?", s)
+    # Static calibration suffixes: -amax (default), -pct[<p>] (percentile, default 99.99),
+    # -mseclip (MSE clip search). Not "-mse": ModelRecipe.quantize_config reads a trailing "-mse"
+    # as the INT4 weight algorithm.
+    m = re.fullmatch(
+        r"fp8(?:-(channel)|-b(\d+))?(?:-dynamic|(-static)(?:-(amax|mseclip)|-(pct)(\d*\.?\d+)?)?)?", s
+    )
     if m:
+        static = m.group(3) is not None
+        calibration, pct = "amax", 99.99
+        if m.group(4) == "mseclip":
+            calibration = "mse"
+        elif m.group(5):
+            calibration, pct = "percentile", float(m.group(6) or 99.99)
         return Fp8Config(
             weight_block_size=int(m.group(2) or 0),
-            activation="static" if m.group(3) == "-static" else "dynamic",
+            activation="static" if static else "dynamic",
+            calibration=calibration,
+            percentile=pct,
         )
     raise ValueError(
         f"unknown scheme {scheme!r}; use float, int4, fp8, int4-b<bs>[-asym], fp8-channel, fp8-b<bs>, "
-        "optionally with -static (FP8)"
+        "optionally with -static[-amax|-pct[<p>]|-mseclip] (FP8)"
     )
 
 

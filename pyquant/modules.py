@@ -27,9 +27,69 @@ __all__ = ["Int4Linear", "Fp8Linear", "QuantizedLinear"]
 
 
 class _QuantLinearBase(nn.Module):
+    """What both quantized layers share: construction (one path for the quantize pass, which fills
+    the buffers from a quantizer's packed tensors, and for checkpoint loading, which builds empty
+    layers that ``load_state_dict`` fills), input checks, size and repr. Subclasses register their
+    packed buffers in ``_init_packed_buffers`` and copy a quantizer's result in ``_load_packed``."""
+
     in_features: int
     out_features: int
     layer_name: str
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        config: Int4Config | Fp8Config,
+        bias: bool = False,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+        layer_name: str = "",
+    ) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.config = config
+        self.layer_name = layer_name
+        self._init_packed_buffers(dtype, device)
+        # Registered last, so the buffer order (state_dict, ONNX initializers) is the op's input order.
+        self.register_buffer("bias", torch.zeros(out_features, dtype=dtype, device=device) if bias else None)
+
+    def _init_packed_buffers(self, dtype: torch.dtype, device: torch.device | str | None) -> None:
+        raise NotImplementedError
+
+    def _load_packed(self, packed: Int4Packed | Fp8Packed) -> None:
+        raise NotImplementedError
+
+    @classmethod
+    def like(
+        cls, linear: nn.Linear, config: Int4Config | Fp8Config, layer_name: str = ""
+    ) -> _QuantLinearBase:
+        """An empty (zero / unit buffers) quantized layer with ``linear``'s shape, bias, dtype, device."""
+        return cls(
+            linear.in_features,
+            linear.out_features,
+            config,
+            linear.bias is not None,
+            linear.weight.dtype,
+            linear.weight.device,
+            layer_name,
+        )
+
+    @classmethod
+    def from_packed(
+        cls,
+        linear: nn.Linear,
+        packed: Int4Packed | Fp8Packed,
+        config: Int4Config | Fp8Config,
+        layer_name: str = "",
+    ) -> _QuantLinearBase:
+        """The quantized layer for ``linear``: the quantizer's packed tensors, ``linear``'s bias."""
+        m = cls.like(linear, config, layer_name)
+        m._load_packed(packed)
+        if linear.bias is not None:
+            with torch.no_grad():
+                m.bias.copy_(linear.bias.detach())
+        return m
 
     def _check_input(self, x: torch.Tensor, t_dtype: torch.dtype) -> None:
         if x.dtype not in torch_ops.ACTIVATION_DTYPES:
@@ -48,54 +108,30 @@ class _QuantLinearBase(nn.Module):
                 f"got {tuple(x.shape)}"
             )
 
+    def packed_nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.buffers())
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"{self.config.describe()}, bias={self.bias is not None}"
+        )
+
 
 class Int4Linear(_QuantLinearBase):
     """Block-wise INT4 weight-only linear layer (numerics of pyquant::MatMulInt4)."""
 
-    def __init__(
-        self,
-        in_features: int,
-        out_features: int,
-        config: Int4Config,
-        bias: bool = False,
-        dtype: torch.dtype = torch.float32,
-        device: torch.device | str | None = None,
-        layer_name: str = "",
-    ) -> None:
-        super().__init__()
-        self.in_features, self.out_features = in_features, out_features
-        self.config = config
-        self.block_size = config.block_size
-        self.layer_name = layer_name
-        nb = math.ceil(in_features / config.block_size)
-        self.register_buffer(
-            "qweight", torch.zeros(out_features, nb, config.block_size // 2, dtype=torch.uint8, device=device)
-        )
-        self.register_buffer("scales", torch.zeros(out_features, nb, dtype=dtype, device=device))
-        zp = None
-        if not config.symmetric:
-            zp = torch.zeros(out_features, math.ceil(nb / 2), dtype=torch.uint8, device=device)
-        self.register_buffer("zero_points", zp)
-        self.register_buffer("bias", torch.zeros(out_features, dtype=dtype, device=device) if bias else None)
+    config: Int4Config
 
-    @classmethod
-    def from_packed(
-        cls, linear: nn.Linear, packed: Int4Packed, config: Int4Config, layer_name: str = ""
-    ) -> Int4Linear:
-        dtype = linear.weight.dtype
-        m = cls(
-            linear.in_features,
-            linear.out_features,
-            config,
-            linear.bias is not None,
-            dtype,
-            linear.weight.device,
-            layer_name,
-        )
-        m._load_packed(packed)
-        if linear.bias is not None:
-            m.bias.copy_(linear.bias.detach())
-        return m
+    def _init_packed_buffers(self, dtype: torch.dtype, device: torch.device | str | None) -> None:
+        bs = self.block_size = self.config.block_size
+        n, nb = self.out_features, math.ceil(self.in_features / bs)
+        self.register_buffer("qweight", torch.zeros(n, nb, bs // 2, dtype=torch.uint8, device=device))
+        self.register_buffer("scales", torch.zeros(n, nb, dtype=dtype, device=device))
+        zp = None
+        if not self.config.symmetric:
+            zp = torch.zeros(n, math.ceil(nb / 2), dtype=torch.uint8, device=device)
+        self.register_buffer("zero_points", zp)
 
     @torch.no_grad()
     def _load_packed(self, p: Int4Packed) -> None:
@@ -130,48 +166,23 @@ class Int4Linear(_QuantLinearBase):
             self.qweight, self.scales, self.zero_points, self.in_features, self.out_features, self.block_size
         )
 
-    def packed_nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.buffers())
-
-    def extra_repr(self) -> str:
-        return (
-            f"in_features={self.in_features}, out_features={self.out_features}, "
-            f"{self.config.describe()}, bias={self.bias is not None}"
-        )
-
 
 class Fp8Linear(_QuantLinearBase):
     """FP8 e4m3fn linear layer with per-token or static activation quantization (pyquant::LinearFp8)."""
 
+    config: Fp8Config
     _PINNED = ("weight", "w_scale", "x_scale")
 
-    def __init__(
-        self,
-        in_features: int,
-        out_features: int,
-        config: Fp8Config,
-        bias: bool = False,
-        dtype: torch.dtype = torch.float32,
-        device: torch.device | str | None = None,
-        layer_name: str = "",
-    ) -> None:
-        super().__init__()
-        self.in_features, self.out_features = in_features, out_features
-        self.config = config
-        self.block_size = config.weight_block_size
-        self.layer_name = layer_name
-        self.register_buffer(
-            "weight", torch.zeros(out_features, in_features, dtype=torch.float8_e4m3fn, device=device)
-        )
-        ws_shape = (
-            (out_features,)
-            if self.block_size == 0
-            else (out_features, math.ceil(in_features / self.block_size))
-        )
+    def _init_packed_buffers(self, dtype: torch.dtype, device: torch.device | str | None) -> None:
+        bs = self.block_size = self.config.weight_block_size
+        n, k = self.out_features, self.in_features
+        self.register_buffer("weight", torch.zeros(n, k, dtype=torch.float8_e4m3fn, device=device))
+        ws_shape = (n,) if bs == 0 else (n, math.ceil(k / bs))
         self.register_buffer("w_scale", torch.ones(ws_shape, dtype=torch.float32, device=device))
-        xs = torch.ones((), dtype=torch.float32, device=device) if config.activation == "static" else None
-        self.register_buffer("x_scale", xs)
-        self.register_buffer("bias", torch.zeros(out_features, dtype=dtype, device=device) if bias else None)
+        static = self.config.activation == "static"
+        self.register_buffer(
+            "x_scale", torch.ones((), dtype=torch.float32, device=device) if static else None
+        )
 
     @classmethod
     def from_packed(
@@ -182,18 +193,8 @@ class Fp8Linear(_QuantLinearBase):
         layer_name: str = "",
         input_amax: float | None = None,
     ) -> Fp8Linear:
-        m = cls(
-            linear.in_features,
-            linear.out_features,
-            config,
-            linear.bias is not None,
-            linear.weight.dtype,
-            linear.weight.device,
-            layer_name,
-        )
-        m._load_packed(packed)
-        if linear.bias is not None:
-            m.bias.copy_(linear.bias.detach())
+        """As the base's, plus the calibrated activation clip value of a static config."""
+        m = super().from_packed(linear, packed, config, layer_name)
         if config.activation == "static":
             if input_amax is None:
                 raise ValueError(f"Fp8Linear {layer_name!r}: static activation scale needs calibration data")
@@ -209,7 +210,8 @@ class Fp8Linear(_QuantLinearBase):
 
     @torch.no_grad()
     def set_input_amax(self, amax: float) -> None:
-        """Static activation scale from the calibrated max |x| (x_scale = amax / 448)."""
+        """Static activation scale from the calibrated clip value of |x| (x_scale = amax / 448;
+        larger |x| saturate). The clip is max |x| or, with Fp8Config.calibration, a smaller one."""
         if self.x_scale is None:
             raise ValueError(f"Fp8Linear {self.layer_name!r} uses dynamic activation scales")
         if not (math.isfinite(amax) and amax >= 0):
@@ -235,15 +237,6 @@ class Fp8Linear(_QuantLinearBase):
 
     def dequantized_weight(self) -> torch.Tensor:
         return torch_ops.dequantize_fp8(self.weight, self.w_scale, self.block_size)
-
-    def packed_nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.buffers())
-
-    def extra_repr(self) -> str:
-        return (
-            f"in_features={self.in_features}, out_features={self.out_features}, "
-            f"{self.config.describe()}, bias={self.bias is not None}"
-        )
 
 
 QuantizedLinear = (Int4Linear, Fp8Linear)

@@ -334,15 +334,7 @@ def load_quantized(model: nn.Module, path: str | Path, strict: bool = True) -> n
                 f"checkpoint layer {name!r} is a {type(mod).__name__} in the model, not nn.Linear"
             )
         cls = Int4Linear if isinstance(cfg, Int4Config) else Fp8Linear
-        new = cls(
-            mod.in_features,
-            mod.out_features,
-            cfg,
-            mod.bias is not None,
-            mod.weight.dtype,
-            mod.weight.device,
-            name,
-        )
+        new = cls.like(mod, cfg, name)  # empty; load_state_dict below fills the packed buffers
         parent, attr = _parent_and_attr(model, name)
         setattr(parent, attr, new)
     model.load_state_dict(ckpt["state_dict"], strict=strict)

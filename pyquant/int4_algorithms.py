@@ -34,20 +34,31 @@ GPTQ_BATCH = 128  # lazy batch: columns whose error updates are applied to the r
 # --- block parameters ---------------------------------------------------------------------------------
 
 
-def block_params(
-    wb: torch.Tensor, symmetric: bool, shrink: float | torch.Tensor = 1.0
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scale and zero point of blocks ``wb [..., m]`` (-> [...] each, float32) with the range shrunk by
-    ``shrink``. shrink 1 gives exactly ``layout.quantize_int4_rtn``'s parameters: symmetric amax / 7
-    with zero point 8; asymmetric (max - min) / 15 over a range that contains 0."""
+def _ranges(wb: torch.Tensor, symmetric: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(lo, hi) of blocks [..., m]: symmetric (-amax, amax); asymmetric a range containing 0."""
     if symmetric:
-        scale = wb.abs().amax(-1) * shrink / 7.0
+        amax = wb.abs().amax(-1)
+        return -amax, amax
+    return wb.amin(-1).clamp(max=0.0), wb.amax(-1).clamp(min=0.0)
+
+
+def _params(
+    lo: torch.Tensor, hi: torch.Tensor, symmetric: bool, shrink: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if symmetric:
+        scale = hi * shrink / 7.0
         return scale, torch.full_like(scale, float(layout.INT4_SYMMETRIC_ZERO_POINT))
-    lo = wb.amin(-1).clamp(max=0.0) * shrink
-    hi = wb.amax(-1).clamp(min=0.0) * shrink
+    lo, hi = lo * shrink, hi * shrink
     scale = (hi - lo) / 15.0
     safe = torch.where(scale == 0, torch.ones_like(scale), scale)
     return scale, torch.round(-lo / safe).clamp(0, 15)
+
+
+def block_params(wb: torch.Tensor, symmetric: bool, shrink: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scale and zero point of blocks ``wb [..., m]`` (-> [...] each, float32) with the range shrunk by
+    ``shrink``. shrink 1 gives exactly ``layout.quantize_int4_rtn``'s parameters: symmetric amax / 7
+    with zero point 8; asymmetric (max - min) / 15 over a range that contains 0."""
+    return _params(*_ranges(wb, symmetric), symmetric, shrink)
 
 
 def quantize_int4_codes(wb: torch.Tensor, scale: torch.Tensor, zp: torch.Tensor) -> torch.Tensor:
@@ -60,23 +71,39 @@ def _dequant(q: torch.Tensor, scale: torch.Tensor, zp: torch.Tensor) -> torch.Te
     return (q - zp[..., None]) * scale[..., None]
 
 
+def _block_error(
+    wb: torch.Tensor, scale: torch.Tensor, zp: torch.Tensor, symmetric: bool, imp: torch.Tensor | None
+) -> torch.Tensor:
+    """sum_j imp_j (w_j - w^_j)^2 per block. In place on one temporary: this is the inner loop of the
+    clipping search (every weight, once per candidate), so it avoids the allocations of
+    quantize_int4_codes + _dequant while computing the same values."""
+    safe = torch.where(scale == 0, torch.ones_like(scale), scale)[..., None]
+    t = wb / safe
+    if symmetric:  # zero point 8: codes 0..15 are -8..7 around it
+        t.round_().clamp_(-8.0, 7.0)
+    else:
+        z = zp[..., None]
+        t.round_().add_(z).clamp_(0.0, 15.0).sub_(z)
+    t.mul_(scale[..., None]).sub_(wb).square_()
+    if imp is not None:
+        t.mul_(imp)
+    return t.sum(-1)
+
+
 def search_block_params(
     wb: torch.Tensor, symmetric: bool, grid: int, importance: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per block of ``wb [..., m]``, the shrink factor in [MIN_SHRINK, 1] (``grid`` + 1 evenly spaced
     candidates, 1 included) minimising sum_j importance_j (w_j - w^_j)^2 -> (scale, zp) [...].
     ``importance`` broadcasts against wb (e.g. [m] or [nb, m]); zeros mask padding."""
-    best_scale, best_zp = block_params(wb, symmetric)
+    lo, hi = _ranges(wb, symmetric)
+    best_scale, best_zp = _params(lo, hi, symmetric, 1.0)
     if grid <= 0:
         return best_scale, best_zp
-    imp = torch.ones_like(wb) if importance is None else importance.expand_as(wb)
-    best = (
-        (wb - _dequant(quantize_int4_codes(wb, best_scale, best_zp), best_scale, best_zp)) ** 2 * imp
-    ).sum(-1)
+    best = _block_error(wb, best_scale, best_zp, symmetric, importance)
     for i in range(1, grid + 1):
-        p = 1.0 - (1.0 - MIN_SHRINK) * i / grid
-        scale, zp = block_params(wb, symmetric, p)
-        err = ((wb - _dequant(quantize_int4_codes(wb, scale, zp), scale, zp)) ** 2 * imp).sum(-1)
+        scale, zp = _params(lo, hi, symmetric, 1.0 - (1.0 - MIN_SHRINK) * i / grid)
+        err = _block_error(wb, scale, zp, symmetric, importance)
         better = err < best
         best = torch.where(better, err, best)
         best_scale = torch.where(better, scale, best_scale)

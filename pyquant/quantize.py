@@ -160,6 +160,13 @@ def quantize(
     """
     qcfg = as_quantize_config(config)
     modules = dict(model.named_modules())
+    if not any(isinstance(m, (nn.Linear, *QuantizedLinear)) for m in modules.values()):
+        # Otherwise the call would return the model unchanged, and the mistake would surface only
+        # later (an export without pyquant nodes, or save_quantized refusing an unquantized model).
+        raise ValueError(
+            f"{type(model).__name__} has no nn.Linear layers: nothing to quantize (pyquant replaces "
+            "nn.Linear only; convolutions, embeddings and fused attention weights stay as they are)"
+        )
     for key in qcfg.overrides:
         if key in modules:
             if not isinstance(modules[key], nn.Linear):

@@ -35,10 +35,15 @@ struct Int4Workspace {
 };
 // Inputs of the sm90 GEMM that the node derives once from constant scales / zero points:
 // scales_t [n_blocks, N] T = scales transposed, zeros_t [n_blocks, N] T = -zp * scale.
+// min_m: the sm90 GEMM serves M >= min_m; min_m_large applies instead to layers with
+// N * K >= 2^25 (4096 x 8192): there its fixed ~3x-floor cost at small M already beats the
+// small-M kernel from M = 9 (H100: 28.9 vs 44.6 us at M = 16 on 4096 x 14336; on 4096 x 4096 the
+// small-M kernel stays faster through M = 16, bench/results/2026-11-22-h100-bench-cuda-int4.md).
 struct Int4Sm90Prepared {
   const void* scales_t = nullptr;
   const void* zeros_t = nullptr;
   int64_t min_m = kInt4Sm90MinM;
+  int64_t min_m_large = 9;
 };
 template <typename T>
 size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m = kInt4TiledMinM,

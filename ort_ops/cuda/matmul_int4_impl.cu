@@ -417,14 +417,13 @@ __global__ void int4_split_finalize_kernel(const float* __restrict__ ws, const T
 namespace {
 constexpr int kGemvVariants = 6;
 
+// Read at every launch (not cached): benchmarks switch it between sessions of one process.
+// Graph replays do not run this host code at all.
 int GemvVariantFromEnv() {
-  static const int v = [] {
-    const char* e = std::getenv("PYQUANT_INT4_GEMV_VARIANT");
-    if (e == nullptr || *e == 0) return -1;
-    const int i = std::atoi(e);
-    return (i >= 0 && i < kGemvVariants) ? i : -1;
-  }();
-  return v;
+  const char* e = std::getenv("PYQUANT_INT4_GEMV_VARIANT");
+  if (e == nullptr || *e == 0) return -1;
+  const int i = std::atoi(e);
+  return (i >= 0 && i < kGemvVariants) ? i : -1;
 }
 
 int GemvVariantFor(const MatMulInt4Problem& p) {
@@ -547,7 +546,10 @@ Int4Path ChooseInt4Path(const MatMulInt4Problem& p, int64_t tiled_min_m, const I
   } else {
     const auto& a = p.attrs;
 #if PYQUANT_WITH_SM90
-    if (sm90 != nullptr && sm90->scales_t != nullptr && p.m >= sm90->min_m && Sm90ShapeOk<T>(p) &&
+    const int64_t sm90_min_m = sm90 == nullptr                              ? 0
+                               : a.n * a.k >= (int64_t{1} << 25) ? std::min(sm90->min_m, sm90->min_m_large)
+                                                                 : sm90->min_m;
+    if (sm90 != nullptr && sm90->scales_t != nullptr && p.m >= sm90_min_m && Sm90ShapeOk<T>(p) &&
         sm90::Int4GemmSupported(Sm90Args<T>(p, sm90), std::is_same<T, __nv_bfloat16>::value)) {
       return Int4Path::kSm90;
     }

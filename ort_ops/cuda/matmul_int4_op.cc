@@ -2,6 +2,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -25,6 +26,7 @@ class MatMulInt4Cuda final : public Kernel {
     GetConstantInput(info, kI4Scales, &scales_constant_);
     GetConstantInput(info, kI4ZeroPoints, &zp_constant_);  // false also when absent: checked per call
     sm90_.min_m = CudaInt4Sm90MinM();
+    if (sm90_.min_m != kInt4Sm90MinM) sm90_.min_m_large = sm90_.min_m;  // an explicit setting wins
   }
   void Compute(OrtKernelContext* ctx) override {
     const MatMulInt4Problem p = BindMatMulInt4(ctx, attrs_, kType);
@@ -52,7 +54,7 @@ class MatMulInt4Cuda final : public Kernel {
   // ORT hands us other scale / zero-point buffers. Caller holds mu_.
   const Int4Sm90Prepared* PreparedSm90(const MatMulInt4Problem& p, cudaStream_t stream) {
     if (!scales_constant_ || (p.zero_points != nullptr && !zp_constant_)) return nullptr;
-    if (p.m < sm90_.min_m || !MatMulInt4Sm90Candidate<T>(p)) return nullptr;
+    if (p.m < std::min(sm90_.min_m, sm90_.min_m_large) || !MatMulInt4Sm90Candidate<T>(p)) return nullptr;
     if (prepared_for_scales_ != p.scales || prepared_for_zp_ != p.zero_points) {
       cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
       ThrowOnCudaError(cudaStreamIsCapturing(stream, &cap), "cudaStreamIsCapturing");

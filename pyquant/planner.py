@@ -424,16 +424,13 @@ def make_plan(
                 break
             # Back off: undo the last (most sensitive per byte) steps of the path. The final runtime
             # measured `scale` times what the cheap verifier (or the proxy) said here, so aim the cheap
-            # estimate at budget / scale.
-            cheap = results[chosen].degradation if chosen in results else pred[chosen]
+            # estimate at budget / scale, 5 % lower still: one step's effect is noisy at this level.
+            cheap = _interpolate(results, pred, chosen)
             scale = v.degradation / cheap if cheap > 0 else 2.0
-            target = budget / max(scale, 1.0)
-            # cheap-runtime estimate of an unmeasured point: the proxy rescaled at `chosen`
-            ratio = cheap / pred[chosen] if pred[chosen] > 0 else 1.0
+            target = 0.95 * budget / max(scale, 1.0)
             nxt = 0
             for kk in range(chosen - 1, 0, -1):
-                est = results[kk].degradation if kk in results else pred[kk] * ratio
-                if est <= target:
+                if _interpolate(results, pred, kk) <= target:
                     nxt = kk
                     break
             chosen = nxt
@@ -461,6 +458,23 @@ def make_plan(
         within_budget=within,
         info={"steps": chosen, "path_steps": n},
     )
+
+
+def _interpolate(results: Mapping[int, Verification], pred: Sequence[float], k: int) -> float:
+    """Cheap-runtime degradation at path point k: measured, else linear between the nearest measured
+    points (k = 0, the fallback, counts as 0), else the proxy prediction rescaled at the nearest one."""
+    if k in results:
+        return results[k].degradation
+    pts = {0: 0.0, **{kk: v.degradation for kk, v in results.items()}}
+    below = max(kk for kk in pts if kk < k)
+    above = [kk for kk in pts if kk > k]
+    if above:
+        hi = min(above)
+        t = (k - below) / (hi - below)
+        return pts[below] + t * (pts[hi] - pts[below])
+    if below > 0 and pred[below] > 0:
+        return pred[k] * pts[below] / pred[below]
+    return pred[k]
 
 
 def _vdict(v: Verification) -> dict[str, Any]:

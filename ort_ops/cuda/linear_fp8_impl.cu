@@ -1,8 +1,14 @@
 // LinearFp8 CUDA kernels and launchers.
 //
-// Stage 1, quantize_rows_fp8_kernel: one block per row of X: amax (NaN ignored), the scale rule
-//   of docs/ops.md (DynamicFp8RowScale, identical float32 arithmetic), saturating RNE cast.
+// Stage 1, activation quantization: amax (NaN ignored), the scale rule of docs/ops.md
+//   (DynamicFp8RowScale, identical float32 arithmetic), saturating RNE cast. Two kernels:
+//   quantize_rows_vec_kernel (16-byte loads, the row held in registers so X is read once; a warp
+//     per row, 8 rows per CTA, for M > 16; a 512-thread CTA per row for M <= 16, so a single long
+//     row is not one-thread-per-16-elements latency-bound: every load is issued before any use);
+//   quantize_rows_fp8_kernel (scalar, one CTA per row): rows that are not 16-byte aligned.
 // Stage 2, one of
+//   sm90::LaunchFp8Gemm (sm90/fp8_gemm_sm90.h): CUTLASS FP8 wgmma GEMM on compute capability 9.0
+//     for M > 16 with per-channel weight scales (scales and bias in its epilogue);
 //   linear_fp8_ref_kernel: the plain reference GEMM, one thread per output (ground truth of the
 //     device tests; the path for K % 16 != 0 and block_size 16 / 32);
 //   fp8_mma_kernel: tensor cores. e4m3 -> fp16 is exact (cvt.f16x2.e4m3x2 on sm_89+, bit decode
@@ -16,10 +22,15 @@
 //     the chunk's fp32 partial sums, per-channel scales once at the end.
 #include <cuda_fp8.h>
 
+#include <cstdlib>
+#include <mutex>
 #include <type_traits>
 
 #include "cuda/linear_fp8.h"
 #include "cuda/matmul_int4_impl.cuh"
+#if PYQUANT_WITH_SM90
+#include "cuda/sm90/fp8_gemm_sm90.h"
+#endif
 
 namespace pyquant {
 
@@ -79,6 +90,133 @@ __global__ void quantize_rows_fp8_kernel(const T* __restrict__ x, uint8_t* __res
   if (threadIdx.x == 0) s_x[row] = row_s;
 }
 
+namespace {
+
+// 16 bytes of T -> kE floats (exact conversions).
+template <typename T>
+struct Vec16 {
+  static constexpr int kE = 16 / sizeof(T);
+};
+__device__ __forceinline__ void ToFloats(const uint4& v, float (&f)[4], const float*) {
+  f[0] = __uint_as_float(v.x), f[1] = __uint_as_float(v.y), f[2] = __uint_as_float(v.z), f[3] = __uint_as_float(v.w);
+}
+__device__ __forceinline__ void ToFloats(const uint4& v, float (&f)[8], const __half*) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+    f[2 * i] = p.x, f[2 * i + 1] = p.y;
+  }
+}
+__device__ __forceinline__ void ToFloats(const uint4& v, float (&f)[8], const __nv_bfloat16*) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    // bf16 -> float is a 16-bit shift: exact.
+    f[2 * i] = __uint_as_float(w[i] << 16), f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ float VecAbsMax(const uint4& v, float amax) {
+  float f[Vec16<T>::kE];
+  ToFloats(v, f, static_cast<const T*>(nullptr));
+#pragma unroll
+  for (int i = 0; i < Vec16<T>::kE; ++i) amax = fmaxf(amax, fabsf(f[i]));  // fmaxf ignores NaN
+  return amax;
+}
+
+// Two floats -> two e4m3 bytes (low byte = a): x * inv, RNE, saturating (NaN stays NaN); the
+// same cvt as __nv_cvt_float_to_fp8(.., __NV_SATFINITE, __NV_E4M3) of the scalar kernel.
+__device__ __forceinline__ uint32_t Quant2(float a, float b, float inv) {
+  return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(a * inv, b * inv), __NV_SATFINITE, __NV_E4M3));
+}
+
+// Quantizes one 16-byte vector of T and stores its kE bytes at dst (kE-byte aligned).
+template <typename T>
+__device__ __forceinline__ void QuantStore(const uint4& v, float inv, uint8_t* dst) {
+  float f[Vec16<T>::kE];
+  ToFloats(v, f, static_cast<const T*>(nullptr));
+  if constexpr (Vec16<T>::kE == 8) {
+    uint2 o;
+    o.x = Quant2(f[0], f[1], inv) | (Quant2(f[2], f[3], inv) << 16);
+    o.y = Quant2(f[4], f[5], inv) | (Quant2(f[6], f[7], inv) << 16);
+    *reinterpret_cast<uint2*>(dst) = o;
+  } else {
+    *reinterpret_cast<uint32_t*>(dst) = Quant2(f[0], f[1], inv) | (Quant2(f[2], f[3], inv) << 16);
+  }
+}
+
+}  // namespace
+
+// Vectorized activation quantizer. x [M, K] T with K * sizeof(T) % 16 == 0 and x 16-byte
+// aligned; xq [M, K] e4m3 bytes; s_x [M] float.
+//   kGroup threads quantize one row: 32 (a warp; 8 rows per 256-thread CTA) or 512 (the CTA).
+//   kNV 16-byte vectors per thread are held in registers: rows of up to kGroup * kNV vectors are
+//   read once (all loads issued before the reduction); longer rows are read twice (the second
+//   pass mostly from L2).
+template <typename T, int kGroup, int kNV>
+__global__ void __launch_bounds__(kGroup == 32 ? 256 : kGroup)
+    quantize_rows_vec_kernel(const T* __restrict__ x, uint8_t* __restrict__ xq, float* __restrict__ s_x, int m,
+                             int k, int static_scale, float x_scale) {
+  constexpr int kE = Vec16<T>::kE;
+  constexpr int kRowsPerCta = kGroup == 32 ? 256 / 32 : 1;
+  const int lane = threadIdx.x % kGroup;
+  const int row = blockIdx.x * kRowsPerCta + threadIdx.x / kGroup;
+  const bool row_ok = row < m;
+  const int nvec = k / kE;
+  const uint4* xr = reinterpret_cast<const uint4*>(x) + int64_t(row_ok ? row : 0) * nvec;
+  const bool in_regs = nvec <= kGroup * kNV;
+
+  uint4 v[kNV];
+  float amax = 0.0f;
+  if (in_regs) {
+#pragma unroll
+    for (int i = 0; i < kNV; ++i) {
+      const int j = lane + i * kGroup;
+      v[i] = (row_ok && j < nvec) ? __ldg(xr + j) : make_uint4(0, 0, 0, 0);
+    }
+    if (!static_scale) {
+#pragma unroll
+      for (int i = 0; i < kNV; ++i) amax = VecAbsMax<T>(v[i], amax);  // zero padding: |0| <= amax
+    }
+  } else if (!static_scale && row_ok) {
+#pragma unroll 4
+    for (int j = lane; j < nvec; j += kGroup) amax = VecAbsMax<T>(__ldg(xr + j), amax);
+  }
+
+  float inv, s;
+  if (static_scale) {
+    inv = 1.0f / x_scale;
+    s = x_scale;
+  } else {
+    amax = WarpMax(amax);  // max is exact: any reduction order gives the same value
+    if constexpr (kGroup > 32) {
+      __shared__ float warp_max[kGroup / 32];
+      if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = amax;
+      __syncthreads();
+#pragma unroll
+      for (int w = 0; w < kGroup / 32; ++w) amax = fmaxf(amax, warp_max[w]);
+    }
+    // DynamicFp8RowScale (ops/linear_fp8.h), same float32 operations.
+    inv = amax == 0.0f ? 1.0f : kFp8E4M3Max / amax;
+    s = amax == 0.0f ? 1.0f : amax / kFp8E4M3Max;
+  }
+  if (!row_ok) return;
+  uint8_t* qr = xq + int64_t(row) * k;
+  if (in_regs) {
+#pragma unroll
+    for (int i = 0; i < kNV; ++i) {
+      const int j = lane + i * kGroup;
+      if (j < nvec) QuantStore<T>(v[i], inv, qr + int64_t(j) * kE);
+    }
+  } else {
+#pragma unroll 4
+    for (int j = lane; j < nvec; j += kGroup) QuantStore<T>(__ldg(xr + j), inv, qr + int64_t(j) * kE);
+  }
+  if (lane == 0) s_x[row] = s;
+}
+
 // xq [M, K] e4m3, w [N, K] e4m3, w_scale [N, n_scale_blocks], s_x [M], bias [N] T, y [M, N] T.
 template <typename T>
 __global__ void linear_fp8_ref_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ s_x,
@@ -123,12 +261,25 @@ __device__ __forceinline__ uint32_t Fp8x2ToHalf2(uint32_t v16) {
 
 __device__ __forceinline__ uint32_t Word4(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
+// 16-byte activation load through L1, as LoadCached16, but volatile asm: volatile asm statements
+// keep their program order, so the activation loads of a chunk group are issued together with
+// its weight loads (LoadStream16, also volatile) before any MMA. With __ldg the compiler sank
+// each activation load to its first use (54 registers: only the W loads were in flight), which
+// put an L1/L2 round trip in front of every MMA step.
+__device__ __forceinline__ uint4 LoadActivation16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
 }  // namespace
 
 // grid = (ceil(N / 8), ceil(M / (16 * MT))), block = 32 * kWarps.
 //   xq [M, K] e4m3 (quantized X), s_x [M] float, w [N, K] e4m3, w_scale [N, n_scale_blocks]
 //   float, bias [N] T or nullptr, y [M, N] T. kBlockScale: w_scale per 2^bs_log2-wide K block.
-template <typename T, int MT, int kWarps, bool kBlockScale>
+//   kLow8 (M <= 8, MT == 1): rows g + 8 of the MMA tile are all padding, so their activation
+//   loads and registers are dropped (more CTAs per SM, so more weight bytes in flight).
+template <typename T, int MT, int kWarps, bool kBlockScale, bool kLow8 = false>
 __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __restrict__ xq,
                                                               const float* __restrict__ s_x,
                                                               const uint8_t* __restrict__ w,
@@ -144,24 +295,36 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __r
 #pragma unroll
   for (int i = 0; i < MT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
 
-  constexpr int U = MT == 1 ? 8 : 2;  // chunks in flight per warp (16 bytes of W each)
-  for (int c0 = warp; c0 < g.n_chunks; c0 += U * kWarps) {
-    uint4 wv[U];
-    uint4 xv[U][MT][2];
+  static_assert(!kLow8 || MT == 1, "kLow8 is the M <= 8 variant of MT == 1");
+  // Chunks per group (16 bytes of W per thread each); with the double buffering below, 2 * U
+  // groups of loads are in flight. U = 4 at MT = 1 keeps the registers under ~128 (4 CTAs of 128
+  // threads per SM: N = 4096 is 512 CTAs, one wave on 132 SMs).
+  constexpr int U = MT == 1 ? 4 : 2;
+  constexpr int kH = kLow8 ? 1 : 2;   // activation row halves loaded (g, g + 8)
+  // Loads of one chunk group (U chunks of 64 k per warp, 16 bytes of W per thread each).
+  // Unconditional loads from clamped addresses, masked afterwards (a load under a branch is its
+  // own basic block). Rows / columns past M / N only feed outputs that are never stored, so they
+  // re-read the last valid row; chunks past K must contribute exact zeros.
+  auto load_group = [&](int c0, uint4(&wv)[U], uint4(&xv)[U][MT][kH]) {
 #pragma unroll
     for (int uu = 0; uu < U; ++uu) {
       const int kb = (c0 + uu * kWarps) * 64 + 16 * t;
       const bool kin = c0 + uu * kWarps < g.n_chunks && kb < g.k;  // K % 16 == 0: all 16 or none
-      wv[uu] = (kin && col < g.n) ? LoadStream16(w + int64_t(col) * g.k + kb) : make_uint4(0, 0, 0, 0);
+      const int kbc = kin ? kb : 0;
+      const uint4 wl = LoadStream16(w + int64_t(min(col, g.n - 1)) * g.k + kbc);
+      wv[uu] = kin ? wl : make_uint4(0, 0, 0, 0);
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = m0 + 16 * i + gr + 8 * h;
-          xv[uu][i][h] = (kin && row < g.m) ? LoadCached16(xq + int64_t(row) * g.k + kb) : make_uint4(0, 0, 0, 0);
+        for (int h = 0; h < kH; ++h) {
+          const int row = min(m0 + 16 * i + gr + 8 * h, g.m - 1);
+          const uint4 xl = LoadActivation16(xq + int64_t(row) * g.k + kbc);
+          xv[uu][i][h] = kin ? xl : make_uint4(0, 0, 0, 0);
         }
       }
     }
+  };
+  auto compute_group = [&](int c0, const uint4(&wv)[U], const uint4(&xv)[U][MT][kH]) {
 #pragma unroll
     for (int uu = 0; uu < U; ++uu) {
       float part[MT][4];
@@ -176,7 +339,7 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __r
         const uint32_t b0 = Fp8x2ToHalf2(ws & 0xFFFFu), b1 = Fp8x2ToHalf2(ws >> 16);
 #pragma unroll
         for (int i = 0; i < MT; ++i) {
-          const uint32_t x0 = Word4(xv[uu][i][0], s), x1 = Word4(xv[uu][i][1], s);
+          const uint32_t x0 = Word4(xv[uu][i][0], s), x1 = kLow8 ? 0u : Word4(xv[uu][i][kH - 1], s);
           Mma16816<__half>(dst[i], Fp8x2ToHalf2(x0 & 0xFFFFu), Fp8x2ToHalf2(x1 & 0xFFFFu), Fp8x2ToHalf2(x0 >> 16),
                            Fp8x2ToHalf2(x1 >> 16), b0, b1);
         }
@@ -198,6 +361,26 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __r
         }
       }
     }
+  };
+
+  // Register double buffering across chunk groups: the next group's loads are issued (in their
+  // own basic block, values live across the loop's back edge) before this group's MMAs. Loads
+  // and their uses in one block let ptxas interleave them to save registers, which left one or
+  // two 16-byte loads in flight per thread (SASS of the previous version).
+  uint4 wv[U], xv[U][MT][kH];
+  if (warp < g.n_chunks) load_group(warp, wv, xv);
+  for (int c0 = warp; c0 < g.n_chunks; c0 += U * kWarps) {
+    uint4 wc[U], xc[U][MT][kH];
+#pragma unroll
+    for (int uu = 0; uu < U; ++uu) {
+      wc[uu] = wv[uu];
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int h = 0; h < kH; ++h) xc[uu][i][h] = xv[uu][i][h];
+    }
+    if (c0 + U * kWarps < g.n_chunks) load_group(c0 + U * kWarps, wv, xv);
+    compute_group(c0, wc, xc);
   }
 
   __shared__ float red[kWarps][MT * 4][32];
@@ -222,9 +405,90 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __r
   }
 }
 
-size_t LinearFp8WorkspaceBytes(const LinearFp8Problem& p) {
-  return AlignUp(static_cast<size_t>(p.m * p.k)) + AlignUp(static_cast<size_t>(p.m) * sizeof(float));
+namespace {
+
+// Compute capability 9.0 (the sm_90a code runs there only), asked once per device.
+bool CurrentDeviceIsSm90(int* device_out) {
+  static std::mutex mu;
+  static signed char cached[64] = {};  // 0 unknown, 1 yes, -1 no
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  *device_out = dev;
+  std::lock_guard<std::mutex> lock(mu);
+  if (cached[dev] == 0) {
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    cached[dev] = (major == 9 && minor == 0) ? 1 : -1;
+  }
+  return cached[dev] > 0;
 }
+
+// Scratch layout: xq [M, K] bytes | s_x [M] float | sm90 GEMM workspace (stream-K partials).
+size_t XqBytes(const LinearFp8Problem& p) { return AlignUp(static_cast<size_t>(p.m * p.k)); }
+size_t SxBytes(const LinearFp8Problem& p) { return AlignUp(static_cast<size_t>(p.m) * sizeof(float)); }
+
+#if PYQUANT_WITH_SM90
+// The shape / type / device part of the sm90 decision (pointers are checked at launch).
+template <typename T>
+bool Sm90Candidate(const LinearFp8Problem& p, int64_t min_m, int* device) {
+  if (std::is_same<T, float>::value) return false;  // fp16 / bf16 output only
+  return p.block_size == 0 && p.m >= min_m && p.k % 16 == 0 && p.n % 8 == 0 && p.m < (int64_t{1} << 31) &&
+         p.n < (int64_t{1} << 31) && p.k < (int64_t{1} << 31) && CurrentDeviceIsSm90(device);
+}
+
+sm90::Fp8GemmArgs Sm90Args(const LinearFp8Problem& p, const uint8_t* xq, const float* s_x, int device) {
+  sm90::Fp8GemmArgs a;
+  a.xq = xq;
+  a.s_x = s_x;
+  a.w = p.w;
+  a.w_scale = p.w_scale;
+  a.bias = p.bias;
+  a.y = p.y;
+  a.m = static_cast<int>(p.m);
+  a.n = static_cast<int>(p.n);
+  a.k = static_cast<int>(p.k);
+  a.device = device;
+  return a;
+}
+#endif
+
+// Stage 1 for every path: xq, s_x from X.
+template <typename T>
+void LaunchQuantize(const LinearFp8Problem& p, uint8_t* xq, float* s_x, cudaStream_t stream) {
+  const int st = p.static_scale ? 1 : 0;
+  const bool vec_ok = (p.k * int64_t(sizeof(T))) % 16 == 0 && (reinterpret_cast<uintptr_t>(p.x) & 15) == 0 &&
+                      p.m * p.k < (int64_t{1} << 31);
+  const T* x = static_cast<const T*>(p.x);
+  if (vec_ok && p.m <= 16) {
+    // One 512-thread CTA per row, up to 4 vectors per thread in registers (K <= 16384 for fp16).
+    quantize_rows_vec_kernel<T, 512, 4><<<static_cast<unsigned>(p.m), 512, 0, stream>>>(
+        x, xq, s_x, static_cast<int>(p.m), static_cast<int>(p.k), st, p.x_scale);
+  } else if (vec_ok) {
+    // A warp per row, up to 16 vectors per lane in registers (K <= 4096 for fp16, 2048 fp32).
+    quantize_rows_vec_kernel<T, 32, 16><<<static_cast<unsigned>((p.m + 7) / 8), 256, 0, stream>>>(
+        x, xq, s_x, static_cast<int>(p.m), static_cast<int>(p.k), st, p.x_scale);
+  } else {
+    quantize_rows_fp8_kernel<T><<<static_cast<unsigned>(p.m), 256, 0, stream>>>(x, xq, s_x, p.k, st, p.x_scale);
+  }
+}
+
+}  // namespace
+
+template <typename T>
+size_t LinearFp8WorkspaceBytesT(const LinearFp8Problem& p, int64_t sm90_min_m) {
+  size_t bytes = XqBytes(p) + SxBytes(p);
+#if PYQUANT_WITH_SM90
+  int device = 0;
+  if (Sm90Candidate<T>(p, sm90_min_m, &device)) {
+    bytes += AlignUp(sm90::Fp8GemmWorkspaceBytes(Sm90Args(p, nullptr, nullptr, device),
+                                                 std::is_same<T, __nv_bfloat16>::value));
+  }
+#endif
+  return bytes;
+}
+
+size_t LinearFp8WorkspaceBytes(const LinearFp8Problem& p) { return XqBytes(p) + SxBytes(p); }
 
 namespace {
 
@@ -237,25 +501,39 @@ bool Fp8FastPath(const LinearFp8Problem& p) {
   return true;
 }
 
-template <typename T, int MT, bool kBlock>
+template <typename T, int MT, bool kBlock, bool kLow8 = false>
 void LaunchFp8Mma(const LinearFp8Problem& p, const uint8_t* xq, const float* s_x, const Fp8Geom& g,
                   cudaStream_t stream) {
   dim3 grid(static_cast<unsigned>((p.n + 7) / 8), static_cast<unsigned>((p.m + 16 * MT - 1) / (16 * MT)));
-  fp8_mma_kernel<T, MT, 4, kBlock><<<grid, 128, 0, stream>>>(xq, s_x, p.w, p.w_scale, static_cast<const T*>(p.bias),
-                                                             static_cast<T*>(p.y), g);
+  fp8_mma_kernel<T, MT, 4, kBlock, kLow8><<<grid, 128, 0, stream>>>(
+      xq, s_x, p.w, p.w_scale, static_cast<const T*>(p.bias), static_cast<T*>(p.y), g);
 }
 
 }  // namespace
 
 template <typename T>
-cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cudaStream_t stream, bool force_ref) {
+cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cudaStream_t stream, bool force_ref,
+                                int64_t sm90_min_m) {
   if (p.m == 0) return cudaSuccess;
   if (p.m > 65535 || ws.bytes < LinearFp8WorkspaceBytes(p)) return cudaErrorInvalidConfiguration;
   uint8_t* xq = static_cast<uint8_t*>(ws.data);
-  float* s_x = reinterpret_cast<float*>(static_cast<char*>(ws.data) + AlignUp(static_cast<size_t>(p.m * p.k)));
-  quantize_rows_fp8_kernel<T><<<static_cast<unsigned>(p.m), 256, 0, stream>>>(
-      static_cast<const T*>(p.x), xq, s_x, p.k, p.static_scale ? 1 : 0, p.x_scale);
+  float* s_x = reinterpret_cast<float*>(static_cast<char*>(ws.data) + XqBytes(p));
+  LaunchQuantize<T>(p, xq, s_x, stream);
   if (!force_ref && Fp8FastPath(p)) {
+#if PYQUANT_WITH_SM90
+    int device = 0;
+    if (Sm90Candidate<T>(p, sm90_min_m, &device)) {
+      const bool bf16 = std::is_same<T, __nv_bfloat16>::value;
+      const sm90::Fp8GemmArgs a = Sm90Args(p, xq, s_x, device);
+      const size_t off = XqBytes(p) + SxBytes(p);
+      // Supported + enough scratch (the op sized it with LinearFp8WorkspaceBytesT); else the
+      // portable kernel below serves this call.
+      if (ws.bytes >= off && sm90::Fp8GemmSupported(a, bf16) &&
+          sm90::Fp8GemmWorkspaceBytes(a, bf16) <= ws.bytes - off) {
+        return sm90::LaunchFp8Gemm(a, bf16, static_cast<char*>(ws.data) + off, ws.bytes - off, stream);
+      }
+    }
+#endif
     Fp8Geom g;
     g.m = static_cast<int>(p.m);
     g.n = static_cast<int>(p.n);
@@ -265,7 +543,10 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
     while (p.block_size && (int64_t{1} << g.bs_log2) < p.block_size) ++g.bs_log2;
     g.n_scale_blocks = static_cast<int>(p.n_scale_blocks);
     const bool block = p.block_size != 0;
-    if (p.m <= 16) {
+    if (p.m <= 8) {
+      block ? LaunchFp8Mma<T, 1, true, true>(p, xq, s_x, g, stream)
+            : LaunchFp8Mma<T, 1, false, true>(p, xq, s_x, g, stream);
+    } else if (p.m <= 16) {
       block ? LaunchFp8Mma<T, 1, true>(p, xq, s_x, g, stream) : LaunchFp8Mma<T, 1, false>(p, xq, s_x, g, stream);
     } else {
       block ? LaunchFp8Mma<T, 2, true>(p, xq, s_x, g, stream) : LaunchFp8Mma<T, 2, false>(p, xq, s_x, g, stream);
@@ -281,16 +562,17 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
 }
 
 template <typename T>
-cudaError_t LaunchLinearFp8(const LinearFp8Problem& p, Fp8Workspace ws, cudaStream_t stream) {
-  return LaunchLinearFp8Impl<T>(p, ws, stream, false);
+cudaError_t LaunchLinearFp8(const LinearFp8Problem& p, Fp8Workspace ws, cudaStream_t stream, int64_t sm90_min_m) {
+  return LaunchLinearFp8Impl<T>(p, ws, stream, false, sm90_min_m);
 }
 template <typename T>
 cudaError_t LaunchLinearFp8Ref(const LinearFp8Problem& p, Fp8Workspace ws, cudaStream_t stream) {
-  return LaunchLinearFp8Impl<T>(p, ws, stream, true);
+  return LaunchLinearFp8Impl<T>(p, ws, stream, true, 0);
 }
 
 #define PYQUANT_INSTANTIATE(T)                                                                     \
-  template cudaError_t LaunchLinearFp8<T>(const LinearFp8Problem&, Fp8Workspace, cudaStream_t); \
+  template size_t LinearFp8WorkspaceBytesT<T>(const LinearFp8Problem&, int64_t);                  \
+  template cudaError_t LaunchLinearFp8<T>(const LinearFp8Problem&, Fp8Workspace, cudaStream_t, int64_t); \
   template cudaError_t LaunchLinearFp8Ref<T>(const LinearFp8Problem&, Fp8Workspace, cudaStream_t);
 PYQUANT_INSTANTIATE(float)
 PYQUANT_INSTANTIATE(__half)

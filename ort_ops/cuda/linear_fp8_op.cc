@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <vector>
 
@@ -16,13 +17,18 @@
 
 namespace pyquant {
 
+int64_t CudaFp8Sm90MinM() {
+  const char* v = std::getenv("PYQUANT_FP8_SM90_MIN_M");
+  return v != nullptr && *v ? std::strtoll(v, nullptr, 10) : kFp8Sm90MinM;
+}
+
 namespace {
 
 template <ONNXTensorElementDataType kType, typename T>
 class LinearFp8Cuda final : public Kernel {
  public:
   explicit LinearFp8Cuda(const OrtKernelInfo* info)
-      : attrs_(ReadLinearFp8Attrs(info)), force_ref_(CudaForceReferenceKernels()) {
+      : attrs_(ReadLinearFp8Attrs(info)), force_ref_(CudaForceReferenceKernels()), sm90_min_m_(CudaFp8Sm90MinM()) {
     CheckLinearFp8Constants(info, attrs_, kType);
   }
   void Compute(OrtKernelContext* ctx) override {
@@ -30,8 +36,11 @@ class LinearFp8Cuda final : public Kernel {
     if (p.m == 0) return;
     const cudaStream_t stream = ComputeStream(ctx);
     std::lock_guard<std::mutex> lock(mu_);
-    Fp8Workspace ws = Scratch(LinearFp8WorkspaceBytes(p), stream);
-    ThrowOnCudaError(force_ref_ ? LaunchLinearFp8Ref<T>(p, ws, stream) : LaunchLinearFp8<T>(p, ws, stream),
+    // Scratch: quantized X and row scales, plus the Hopper GEMM's stream-K workspace when that
+    // kernel serves this shape (sized here, outside any graph capture on the first run).
+    Fp8Workspace ws =
+        Scratch(force_ref_ ? LinearFp8WorkspaceBytes(p) : LinearFp8WorkspaceBytesT<T>(p, sm90_min_m_), stream);
+    ThrowOnCudaError(force_ref_ ? LaunchLinearFp8Ref<T>(p, ws, stream) : LaunchLinearFp8<T>(p, ws, stream, sm90_min_m_),
                      "LinearFp8 kernel launch");
   }
  private:
@@ -44,6 +53,7 @@ class LinearFp8Cuda final : public Kernel {
 
   LinearFp8Attrs attrs_;
   bool force_ref_;
+  int64_t sm90_min_m_;
   std::mutex mu_;
   DeviceScratch scratch_;
 };

@@ -20,6 +20,11 @@ Methods (fp16 activations):
   torch_fp16        torch.nn.functional.linear, fp16 weight [N, K] (torch CUDA graph)
   pyquant_fp8       pyquant::LinearFp8, per-channel weight scales, dynamic per-token activation scales
   torch_scaled_mm   torch._scaled_mm, e4m3 x e4m3 -> fp16, per-tensor scales, X already in fp8 (GEMM only)
+  pyquant_fp8_portable  pyquant_fp8 with the Hopper GEMM off (PYQUANT_FP8_SM90_MIN_M huge): the
+                    mma.sync kernels that serve GPUs other than sm_90 (not in the default list)
+  torch_scaled_mm_q torch per-token activation quantization (amax, scale, e4m3 cast: the same work
+                    as pyquant_fp8) + torch._scaled_mm with row-wise scales (s_x [M, 1], s_w [1, N]),
+                    bf16 out (what torch supports for row-wise scales) (not in the default list)
 
 HBM floor = (weights + scales + X + Y bytes, each once) / copy bandwidth measured in this run
 (a large device-to-device copy, bytes read + written).
@@ -60,6 +65,7 @@ METHOD_ENV = {
     "pyquant_int4_tiled": {"PYQUANT_INT4_TILED_MIN_M": "0", **_NO_SM90},
     "pyquant_int4_portable": _NO_SM90,
     "pyquant_int4_sm90all": {"PYQUANT_INT4_SM90_MIN_M": "1"},
+    "pyquant_fp8_portable": {"PYQUANT_FP8_SM90_MIN_M": str(1 << 40)},
     **{f"pyquant_int4_v{i}": {"PYQUANT_INT4_GEMV_VARIANT": str(i)} for i in range(6)},
 }
 
@@ -139,7 +145,7 @@ def build_model(method, rng, k, n, layers):
             w = rng.integers(-1024, 1024, size=(k, n), dtype=np.int16).astype(np.float16) * np.float16(1e-3)
             inits.append(numpy_helper.from_array(w, f"W{i}"))
             nodes.append(helper.make_node("MatMul", ["X", f"W{i}"], [f"Y{i}"]))
-        elif method == "pyquant_fp8":
+        elif method.startswith("pyquant_fp8"):
             # random e4m3 bytes without NaN (0x7F / 0xFF)
             w = rng.integers(0, 256, size=(n, k), dtype=np.uint8)
             w[(w & 0x7F) == 0x7F] = 0x3C
@@ -157,7 +163,7 @@ def weight_bytes(method, k, n):
         return n * nb * BLOCK // 2 + n * nb * 2
     if method in ("ort_matmul_fp16", "torch_fp16"):
         return n * k * 2
-    if method == "pyquant_fp8":
+    if method.startswith("pyquant_fp8") or method == "torch_scaled_mm_q":
         return n * k + n * 4
     if method == "torch_scaled_mm":
         return n * k
@@ -279,6 +285,19 @@ def bench_torch(method, rng, k, n, layers, m_list):
             def fn(x=x):
                 for w in ws:
                     torch.nn.functional.linear(x, w)
+        elif method == "torch_scaled_mm_q":
+            x = (torch.randn(m, k, device="cuda") * 0.5).half()
+            s_w = [torch.rand(1, n, device="cuda") * 0.01 + 1e-3 for _ in ws]
+
+            def fn(x=x, s_w=s_w):
+                for w, sw in zip(ws, s_w, strict=True):
+                    # per-token quantization as docs/ops.md (dynamic), once per layer as each
+                    # LinearFp8 node does: amax, scale, saturating cast
+                    xf = x.float()
+                    amax = xf.abs().amax(dim=1, keepdim=True)
+                    s_x = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+                    xq = (xf / s_x).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+                    torch._scaled_mm(xq, w.t(), scale_a=s_x, scale_b=sw, out_dtype=torch.bfloat16)
         else:
             x = (torch.randn(mm, k, device="cuda")).to(torch.float8_e4m3fn)
 
@@ -443,9 +462,10 @@ def markdown(meta, rows, m_list, methods):
         out.append(
             "| M | "
             + " | ".join(methods)
-            + " | int4 vs MatMulNBits | int4 vs fp16 MatMul | fp8 vs torch fp16 |"
+            + " | int4 vs MatMulNBits | int4 vs fp16 MatMul | fp8 vs torch fp16 | fp8 vs scaled_mm_q"
+            + " | fp8 TFLOP/s |"
         )
-        out.append("|---" * (len(methods) + 4) + "|")
+        out.append("|---" * (len(methods) + 6) + "|")
         for m in m_list:
             cells = []
             for meth in methods:
@@ -461,9 +481,14 @@ def markdown(meta, rows, m_list, methods):
                     return f"{rb['us'] / ra['us']:.2f}x"
                 return ""
 
+            def tf(a, k=k, n=n, m=m):
+                r = by.get((k, n, m, a))
+                return f"{r['tflops']:.0f}" if r and "tflops" in r else ""
+
             out.append(
                 f"| {m} | " + " | ".join(cells) + f" | {sp('pyquant_int4', 'ort_matmulnbits')} | "
-                f"{sp('pyquant_int4', 'ort_matmul_fp16')} | {sp('pyquant_fp8', 'torch_fp16')} |"
+                f"{sp('pyquant_int4', 'ort_matmul_fp16')} | {sp('pyquant_fp8', 'torch_fp16')} | "
+                f"{sp('pyquant_fp8', 'torch_scaled_mm_q')} | {tf('pyquant_fp8')} |"
             )
         out.append("")
     out.append(

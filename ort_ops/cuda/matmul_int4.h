@@ -48,9 +48,10 @@ struct Int4Sm90Prepared {
 template <typename T>
 size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m = kInt4TiledMinM,
                                 const Int4Sm90Prepared* sm90 = nullptr);
+// gemv_variant: the M <= 8 kernel variant (matmul_int4_impl.cu), -1 = the default choice.
 template <typename T>
 cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, int64_t tiled_min_m = kInt4TiledMinM,
-                             Int4Workspace ws = {}, const Int4Sm90Prepared* sm90 = nullptr);
+                             Int4Workspace ws = {}, const Int4Sm90Prepared* sm90 = nullptr, int gemv_variant = -1);
 
 // True when this build has the sm90 GEMM, the current device is compute capability 9.0, and the
 // problem's shape / type / block size suit it (pointers aside): worth preparing for.
@@ -75,5 +76,7 @@ bool CudaForceReferenceKernels();
 int64_t CudaInt4TiledMinM();
 // PYQUANT_INT4_SM90_MIN_M if set, else kInt4Sm90MinM (a huge value disables the sm90 GEMM).
 int64_t CudaInt4Sm90MinM();
+// PYQUANT_INT4_GEMV_VARIANT if set to a valid variant index, else -1 (benchmarks).
+int CudaInt4GemvVariant();
 
 }  // namespace pyquant

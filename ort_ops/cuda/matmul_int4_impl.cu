@@ -102,23 +102,25 @@ struct WeightFrag {
   uint32_t zb2, s2;
 };
 
+//
+// The loads are unconditional (out-of-range fragments read row 0 / block 0 and are then masked):
+// a load under a branch cannot be hoisted above the previous fragment's MMAs, and the compiler
+// then interleaves load -> decode -> MMA per fragment, leaving 1-2 loads in flight per thread
+// instead of U (the cause of the 33-41 % of the HBM floor at M = 1 in the first version).
 template <typename T>
 __device__ __forceinline__ WeightFrag<T> LoadWeightFrag(const uint8_t* __restrict__ b, const T* __restrict__ scales,
                                                         const uint8_t* __restrict__ zp, const Int4Geom& g, int col,
                                                         int kb) {
   WeightFrag<T> f;
-  if (col < g.n && (kb >> g.bs_log2) < g.nb) {
-    f.q = LoadStream16(b + int64_t(col) * g.row_bytes + (kb >> 1));
-    const int blk = kb >> g.bs_log2;
-    const T s = scales[int64_t(col) * g.nb + blk];
-    f.s2 = Pack2<T>(s, s);
-    const int z = zp ? Int4ZeroPointAt(zp + int64_t(col) * g.zp_row_bytes, blk) : kInt4SymmetricZeroPoint;
-    f.zb2 = ZeroBias2<T>(z);
-  } else {
-    f.q = make_uint4(0, 0, 0, 0);
-    f.s2 = 0;
-    f.zb2 = ZeroBias2<T>(0);
-  }
+  const bool valid = col < g.n && (kb >> g.bs_log2) < g.nb;
+  const int c = valid ? col : 0;
+  const int blk = valid ? (kb >> g.bs_log2) : 0;
+  const uint4 q = LoadStream16(b + int64_t(c) * g.row_bytes + (valid ? (kb >> 1) : 0));
+  const T s = scales[int64_t(c) * g.nb + blk];
+  const int z = zp ? Int4ZeroPointAt(zp + int64_t(c) * g.zp_row_bytes, blk) : kInt4SymmetricZeroPoint;
+  f.q = valid ? q : make_uint4(0, 0, 0, 0);
+  f.s2 = valid ? Pack2<T>(s, s) : 0u;
+  f.zb2 = ZeroBias2<T>(valid ? z : 0);
   return f;
 }
 
@@ -408,7 +410,8 @@ __global__ void int4_split_finalize_kernel(const float* __restrict__ ws, const T
 
 // ---------------------------------------------------------------------------------------------
 // M <= 8 (decode): which (warps per CTA, chunks per group, prefetch) the small-M kernel runs
-// with. PYQUANT_INT4_GEMV_VARIANT=<index> pins one (benchmarks); else GemvVariantFor chooses.
+// with. PYQUANT_INT4_GEMV_VARIANT=<index> (read at kernel creation) pins one for benchmarks;
+// else GemvVariantFor chooses.
 //   0: 4 warps, U = 8, no prefetch (the first version)
 //   1: 4 warps, U = 4, prefetch          2: 2 warps, U = 4, prefetch
 //   3: 8 warps, U = 2, prefetch          4: 1 warp,  U = 4, prefetch
@@ -417,18 +420,8 @@ __global__ void int4_split_finalize_kernel(const float* __restrict__ ws, const T
 namespace {
 constexpr int kGemvVariants = 6;
 
-// Read at every launch (not cached): benchmarks switch it between sessions of one process.
-// Graph replays do not run this host code at all.
-int GemvVariantFromEnv() {
-  const char* e = std::getenv("PYQUANT_INT4_GEMV_VARIANT");
-  if (e == nullptr || *e == 0) return -1;
-  const int i = std::atoi(e);
-  return (i >= 0 && i < kGemvVariants) ? i : -1;
-}
-
-int GemvVariantFor(const MatMulInt4Problem& p) {
-  const int forced = GemvVariantFromEnv();
-  if (forced >= 0) return forced;
+int GemvVariantFor(const MatMulInt4Problem& p, int requested) {
+  if (requested >= 0 && requested < kGemvVariants) return requested;
   return 0;
 }
 
@@ -598,7 +591,7 @@ size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m,
 
 template <typename T>
 cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, int64_t tiled_min_m, Int4Workspace ws,
-                             const Int4Sm90Prepared* sm90) {
+                             const Int4Sm90Prepared* sm90, int gemv_variant) {
   if (p.m == 0) return cudaSuccess;
   Int4Path path = ChooseInt4Path<T>(p, tiled_min_m, sm90);
 #if PYQUANT_WITH_SM90
@@ -631,7 +624,7 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
     const auto my = [&](int rows) { return static_cast<unsigned>((p.m + rows - 1) / rows); };
     switch (path) {
       case Int4Path::kSmallM8:
-        LaunchGemvVariant<T>(GemvVariantFor(p), dim3(n8, 1), x, p.b, s, p.zero_points, bias, y, g, stream);
+        LaunchGemvVariant<T>(GemvVariantFor(p, gemv_variant), dim3(n8, 1), x, p.b, s, p.zero_points, bias, y, g, stream);
         break;
       case Int4Path::kSmallM16:
         int4_smallm_kernel<T, 1, 4, 8, true, false, 1><<<dim3(n8, 1), 128, 0, stream>>>(x, p.b, s, p.zero_points, bias, y, g);
@@ -728,7 +721,7 @@ cudaError_t PrepareMatMulInt4Sm90(const MatMulInt4Problem& p, void* dst, cudaStr
 
 #define PYQUANT_INSTANTIATE(T)                                                                                 \
   template cudaError_t LaunchMatMulInt4<T>(const MatMulInt4Problem&, cudaStream_t, int64_t, Int4Workspace,    \
-                                           const Int4Sm90Prepared*);                                           \
+                                           const Int4Sm90Prepared*, int);                                      \
   template size_t MatMulInt4WorkspaceBytes<T>(const MatMulInt4Problem&, int64_t, const Int4Sm90Prepared*);    \
   template cudaError_t LaunchMatMulInt4Ref<T>(const MatMulInt4Problem&, cudaStream_t);                        \
   template bool MatMulInt4Sm90Candidate<T>(const MatMulInt4Problem&);                                         \

@@ -19,7 +19,10 @@ template <ONNXTensorElementDataType kType, typename T>
 class MatMulInt4Cuda final : public Kernel {
  public:
   explicit MatMulInt4Cuda(const OrtKernelInfo* info)
-      : attrs_(ReadMatMulInt4Attrs(info)), force_ref_(CudaForceReferenceKernels()), tiled_min_m_(CudaInt4TiledMinM()) {
+      : attrs_(ReadMatMulInt4Attrs(info)),
+        force_ref_(CudaForceReferenceKernels()),
+        tiled_min_m_(CudaInt4TiledMinM()),
+        gemv_variant_(CudaInt4GemvVariant()) {
     CheckMatMulInt4Constants(info, attrs_, kType);
     // The sm90 GEMM's transposed scales / zeros are derived once, so only from constant inputs
     // (initializers); scales fed at run time keep the portable kernels.
@@ -45,7 +48,7 @@ class MatMulInt4Cuda final : public Kernel {
       ws.data = scratch_.Get(need, stream, "MatMulInt4");
       ws.bytes = scratch_.capacity();
     }
-    ThrowOnCudaError(LaunchMatMulInt4<T>(p, stream, tiled_min_m_, ws, sm90), "MatMulInt4 kernel launch");
+    ThrowOnCudaError(LaunchMatMulInt4<T>(p, stream, tiled_min_m_, ws, sm90, gemv_variant_), "MatMulInt4 kernel launch");
   }
 
  private:
@@ -70,6 +73,7 @@ class MatMulInt4Cuda final : public Kernel {
   MatMulInt4Attrs attrs_;
   bool force_ref_;
   int64_t tiled_min_m_;
+  int gemv_variant_;
   bool scales_constant_ = false;
   bool zp_constant_ = false;
   std::mutex mu_;
@@ -91,6 +95,11 @@ bool CudaForceReferenceKernels() {
 int64_t CudaInt4TiledMinM() {
   const char* v = std::getenv("PYQUANT_INT4_TILED_MIN_M");
   return v != nullptr && *v ? std::strtoll(v, nullptr, 10) : kInt4TiledMinM;
+}
+
+int CudaInt4GemvVariant() {
+  const char* v = std::getenv("PYQUANT_INT4_GEMV_VARIANT");
+  return v != nullptr && *v ? static_cast<int>(std::strtol(v, nullptr, 10)) : -1;
 }
 
 int64_t CudaInt4Sm90MinM() {

@@ -120,7 +120,7 @@ def test_percentile_beats_amax_on_heavy_tailed_activations() -> None:
     amax = float(torch.cat(cal).abs().max())
     assert clips["amax"] == pytest.approx(amax, rel=1e-6)
     assert clips["percentile"] < 0.7 * amax
-    # Measured: amax 0.053, percentile 0.038 (weight rounding alone is ~0.036).
+    # Measured: amax 0.055, percentile 0.039 (dynamic per-token scales: 0.030).
     assert errs["percentile"] < 0.85 * errs["amax"], errs
     # "mse" minimises the absolute activation error, which the large tokens dominate: for FP8
     # (relative precision independent of the scale in the normal range) it stays at / near amax.

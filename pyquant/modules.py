@@ -14,6 +14,7 @@ float16), so Fp8Linear pins their dtypes in ``_apply`` and lets only device move
 from __future__ import annotations
 
 import math
+from typing import TypeVar
 
 import torch
 import torch.nn as nn
@@ -24,6 +25,8 @@ from pyquant.config import Fp8Config, Int4Config
 from pyquant.layout import FP8_E4M3_MAX
 
 __all__ = ["Int4Linear", "Fp8Linear", "QuantizedLinear"]
+
+_Q = TypeVar("_Q", bound="_QuantLinearBase")
 
 
 class _QuantLinearBase(nn.Module):
@@ -61,9 +64,7 @@ class _QuantLinearBase(nn.Module):
         raise NotImplementedError
 
     @classmethod
-    def like(
-        cls, linear: nn.Linear, config: Int4Config | Fp8Config, layer_name: str = ""
-    ) -> _QuantLinearBase:
+    def like(cls: type[_Q], linear: nn.Linear, config: Int4Config | Fp8Config, layer_name: str = "") -> _Q:
         """An empty (zero / unit buffers) quantized layer with ``linear``'s shape, bias, dtype, device."""
         return cls(
             linear.in_features,
@@ -77,12 +78,12 @@ class _QuantLinearBase(nn.Module):
 
     @classmethod
     def from_packed(
-        cls,
+        cls: type[_Q],
         linear: nn.Linear,
         packed: Int4Packed | Fp8Packed,
         config: Int4Config | Fp8Config,
         layer_name: str = "",
-    ) -> _QuantLinearBase:
+    ) -> _Q:
         """The quantized layer for ``linear``: the quantizer's packed tensors, ``linear``'s bias."""
         m = cls.like(linear, config, layer_name)
         m._load_packed(packed)

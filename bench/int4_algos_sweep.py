@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import shlex
 import sys
 import tempfile
@@ -42,6 +43,11 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--results", required=True, help="write <path>.md and <path>.json")
     ap.add_argument("--title", default="")
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the schemes already in <results>.json (and its float score)",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     command = "PYTHONPATH=. python bench/int4_algos_sweep.py " + " ".join(
@@ -51,22 +57,34 @@ def main() -> int:
     recipe = get_recipe(args.model)
     float_model, tok = recipe.load()
     task = _Task(recipe, tok, quick=False, progress=True)
-    float_value, _ = task.score(metrics.torch_forward(recipe.wrap(float_model)), "float (torch)")
     results: list[EvalResult] = []
+    old = Path(args.results + ".json")
+    if args.resume and old.is_file():
+        results = [EvalResult(**r) for r in json.loads(old.read_text())["results"]]
+    if results:
+        float_value = results[0].float_value
+    else:
+        float_value, _ = task.score(metrics.torch_forward(recipe.wrap(float_model)), "float (torch)")
+    done = {r.scheme for r in results}
     tmp = tempfile.TemporaryDirectory(prefix="pyquant-sweep-")
     for item in args.scheme:
+        if item in done:
+            continue
         ts = time.perf_counter()
         scheme, qcfg, describe, _ = _scheme_config(recipe, float_model, item)
+        # One thread while quantizing: the algorithms run many small tensor ops, which lose badly to
+        # OpenMP synchronisation with several threads on a busy machine; the scoring matmuls do not.
+        torch.set_num_threads(1)
         qmodel = quantize(
             copy.deepcopy(float_model), qcfg, calibration_data=task.calibration_data(), progress=True
         )
+        torch.set_num_threads(args.threads)
         t_quant = time.perf_counter() - ts
         wrapped = recipe.wrap(qmodel)
         if args.runtime == "ort":
             from pyquant.ort import make_session
 
             rep = export(wrapped, _example_inputs(), Path(tmp.name) / "m.onnx")
-            so = None
             import onnxruntime
 
             so = onnxruntime.SessionOptions()

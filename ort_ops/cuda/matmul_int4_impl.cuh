@@ -156,5 +156,100 @@ __device__ __forceinline__ void MaskPairs(uint32_t (&out)[4], int kv) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// MatMulInt4 fast-kernel building blocks (matmul_int4_impl.cu, matmul_int4_gemv_impl.cu).
+// ---------------------------------------------------------------------------------------------
+
+// Geometry shared by the fast kernels (all int: K, N < 2^31 by validation, M * K < 2^31 checked
+// at dispatch).
+struct Int4Geom {
+  int m, n, k;
+  int bs_log2;    // log2(block_size), block_size >= 32
+  int nb;         // n_blocks
+  int row_bytes;  // bytes of one B row = nb * block_size / 2 (a multiple of 16)
+  int zp_row_bytes;
+  int n_chunks;   // ceil(nb * block_size / 128): 128-wide K chunks of the padded row
+};
+
+// The weights of one thread for one 128-wide chunk: 16 bytes of B row `col` at k = kb, with the
+// block's scale and zero point. Out-of-range rows / chunks load as zero codes with scale 0
+// (weights exactly 0, no NaN from garbage).
+template <typename T>
+struct WeightFrag {
+  uint4 q;
+  uint32_t zb2, s2;
+};
+
+//
+// The loads are unconditional (out-of-range fragments read row 0 / block 0 and are then masked):
+// a load under a branch cannot be hoisted above the previous fragment's MMAs, and the compiler
+// then interleaves load -> decode -> MMA per fragment, leaving 1-2 loads in flight per thread
+// instead of U (the cause of the 33-41 % of the HBM floor at M = 1 in the first version).
+template <typename T>
+__device__ __forceinline__ WeightFrag<T> LoadWeightFrag(const uint8_t* __restrict__ b, const T* __restrict__ scales,
+                                                        const uint8_t* __restrict__ zp, const Int4Geom& g, int col,
+                                                        int kb) {
+  WeightFrag<T> f;
+  const bool valid = col < g.n && (kb >> g.bs_log2) < g.nb;
+  const int c = valid ? col : 0;
+  const int blk = valid ? (kb >> g.bs_log2) : 0;
+  const uint4 q = LoadStream16(b + int64_t(c) * g.row_bytes + (valid ? (kb >> 1) : 0));
+  const T s = scales[int64_t(c) * g.nb + blk];
+  const int z = zp ? Int4ZeroPointAt(zp + int64_t(c) * g.zp_row_bytes, blk) : kInt4SymmetricZeroPoint;
+  f.q = valid ? q : make_uint4(0, 0, 0, 0);
+  f.s2 = valid ? Pack2<T>(s, s) : 0u;
+  f.zb2 = ZeroBias2<T>(valid ? z : 0);
+  return f;
+}
+
+// Word u (0..3) of a fragment -> B registers of MMA steps 2u, 2u+1: w[0], w[1] (step 2u) and
+// w[2], w[3] (step 2u+1). kv = K - (first k of the fragment); weights at k >= K are zeroed so
+// that padding codes never reach a result (not even as 0 * Inf).
+template <typename T>
+__device__ __forceinline__ void DecodeWord(const WeightFrag<T>& f, int u, int kv, uint32_t (&w)[4]) {
+  const uint32_t v = u == 0 ? f.q.x : u == 1 ? f.q.y : u == 2 ? f.q.z : f.q.w;
+  DequantWord<T>(v, f.zb2, f.s2, w);
+  if (kv < 32) MaskPairs(w, kv - 8 * u);
+}
+
+// 32 activations X[row][kb .. kb+31] as 4 x uint4 (16 T2 registers); zero for row >= M or k >= K.
+// K % 8 == 0 is guaranteed by the dispatch, so 8-element pieces are either fully in or out.
+template <typename T>
+__device__ __forceinline__ void LoadX32(const T* __restrict__ x, const Int4Geom& g, int row, int kb, uint4 (&xv)[4]) {
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const int kk = kb + 8 * u;
+    xv[u] = (row < g.m && kk < g.k) ? LoadCached16(x + int64_t(row) * g.k + kk) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int bytes = valid ? 16 : 0;  // 0: zero-fill, nothing read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(bytes));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+__device__ __forceinline__ uint32_t Word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+template <typename T>
+__device__ __forceinline__ void StorePair(T* __restrict__ y, const T* __restrict__ bias, const Int4Geom& g, int row,
+                                          int col, float v0, float v1) {
+  if (row >= g.m) return;
+  T* yr = y + int64_t(row) * g.n;
+  if (col < g.n) yr[col] = StoreT<T>(bias ? v0 + LoadF(bias, col) : v0);
+  if (col + 1 < g.n) yr[col + 1] = StoreT<T>(bias ? v1 + LoadF(bias, col + 1) : v1);
+}
+
+
 }  // namespace cuda_detail
+
+// The swapped-operand decode GEMV of matmul_int4_gemv_impl.cu (M <= 8, T = __half / __nv_bfloat16);
+// variant 0: 4 warps x 4 chunks per group, 1: 2 x 4, 2: 8 x 2.
+template <typename T>
+void LaunchInt4GemvSwap(int variant, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias,
+                        T* y, const cuda_detail::Int4Geom& g, cudaStream_t stream);
+
 }  // namespace pyquant

@@ -21,6 +21,7 @@ from pyquant.export import export
 from pyquant.modules import Fp8Linear, Int4Linear
 from pyquant.ops_spec import DOMAIN, FP8_OP, INT4_OP
 from pyquant.quantize import load_quantized, quantize, quantized_layers, save_quantized
+from tests.pyquant.test_export import Block, _session  # the same small transformer-like block
 
 K, N = 200, 48  # K is a multiple of no block size: every per-block case has a padded last block
 
@@ -36,38 +37,11 @@ CONFIGS: dict[str, LayerConfig] = {
 }
 
 
-class Block(nn.Module):
-    def __init__(self, k: int = 96, h: int = 160, n: int = 40) -> None:
-        super().__init__()
-        self.norm = nn.LayerNorm(k)
-        self.up = nn.Linear(k, h)
-        self.gate = nn.Linear(k, h, bias=False)
-        self.down = nn.Linear(h, n)
-        self.head = nn.Linear(n, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.norm(x)
-        return self.head(self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x)))
-
-
-def _bytes(t: torch.Tensor) -> bytes:
-    t = t.detach().cpu().contiguous()
-    return t.view(torch.uint8).numpy().tobytes() if t.dtype == torch.float8_e4m3fn else t.numpy().tobytes()
-
-
 def _torch_bytes(t: torch.Tensor) -> bytes:
     t = t.detach().cpu().contiguous()
     if t.dtype in (torch.float8_e4m3fn, torch.bfloat16):
         return t.view(torch.uint8 if t.dtype == torch.float8_e4m3fn else torch.int16).numpy().tobytes()
     return t.numpy().tobytes()
-
-
-def _session(path):  # noqa: ANN001, ANN202
-    ort = pytest.importorskip("pyquant.ort")
-    try:
-        return ort.make_session(path, providers=("cpu",))
-    except Exception as e:  # the op library is not built / installed
-        pytest.skip(f"pyquant op library unavailable: {e}")
 
 
 def _round_trip(

@@ -503,6 +503,7 @@ def plan_model(
     from pyquant.sensitivity import Sensitivity, measure_sensitivity
 
     budget = parse_budget(budget)
+    commit = git_commit()  # the code that runs, before other commits land during a long plan
     torch.manual_seed(0)
     t0 = time.perf_counter()
     recipe = get_recipe(model)
@@ -603,7 +604,7 @@ def plan_model(
     plan.float_value = float_value
     plan.info.update(
         pyquant_version=pyquant.__version__,
-        git_commit=git_commit(),
+        git_commit=commit,
         command=command,
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         proxy=proxy,

@@ -22,8 +22,14 @@ from typing import Any, Literal
 import torch
 import torch.nn as nn
 
-from pyquant.algorithms import CalibrationStats, Fp8Packed, Int4Packed, get_weight_quantizer
-from pyquant.config import Fp8Config, Int4Config, LayerConfig, _layer_from_dict, _layer_to_dict
+from pyquant.config import (
+    Fp8Config,
+    Int4Config,
+    LayerConfig,
+    QuantizeConfig,
+    _layer_from_dict,
+    _layer_to_dict,
+)
 from pyquant.modules import Fp8Linear, Int4Linear, QuantizedLinear
 
 __all__ = [
@@ -122,30 +128,34 @@ def _skip_reason(name: str, model: nn.Module, cfg: LayerConfig) -> str | None:
     return _skip_reason(name, model.get_submodule(name), _parent_and_attr(model, name)[0], cfg)
 
 
-def _quantized_module(
-    name: str, linear: nn.Linear, cfg: Int4Config | Fp8Config, stats: CalibrationStats | None
-) -> nn.Module:
-    """The module ``pyquant.quantize`` would put in place of ``linear`` (same quantizer registry)."""
-    fn, _ = get_weight_quantizer(cfg.scheme, cfg.algorithm)
-    with torch.no_grad():
-        packed = fn(linear.weight.detach().float(), cfg, stats)
-    dev = linear.weight.device
-    if isinstance(cfg, Int4Config):
-        assert isinstance(packed, Int4Packed), type(packed)
-        packed = Int4Packed(*(None if t is None else t.to(dev) for t in vars(packed).values()))
-        return Int4Linear.from_packed(linear, packed, cfg, name)
-    assert isinstance(packed, Fp8Packed), type(packed)
-    packed = Fp8Packed(packed.weight.to(dev), packed.w_scale.to(dev))
-    return Fp8Linear.from_packed(linear, packed, cfg, name, input_amax=stats.amax if stats else None)
+def _quantize_one(
+    model: nn.Module, name: str, cfg: Int4Config | Fp8Config, batches: Sequence[Any], output_fn: OutputFn
+) -> None:
+    """Swap layer ``name`` for what ``pyquant.quantize`` builds for it (same code path, so every
+    algorithm and calibration option is honoured); calibration statistics, when the candidate needs
+    them, are collected for this one layer on ``batches``."""
+    from pyquant.quantize import quantize
+
+    quantize(
+        model,
+        QuantizeConfig(default=None, overrides={name: cfg}),
+        calibration_data=batches,
+        forward_fn=lambda m, b: output_fn(m, b),
+    )
+    model.__dict__.pop("pyquant_summary", None)
 
 
-def _stat_needs(cfg: LayerConfig) -> frozenset[str]:
-    if cfg is None:
-        return frozenset()
-    kinds = set(get_weight_quantizer(cfg.scheme, cfg.algorithm)[1])
-    if isinstance(cfg, Fp8Config) and cfg.activation == "static":
-        kinds.add("amax")
-    return frozenset(kinds)
+def _check_per_layer(cand: Candidate) -> None:
+    cfg = cand.config
+    try:
+        from pyquant.awq import AWQ_ALGORITHMS
+    except ImportError:  # older pyquant without AWQ
+        AWQ_ALGORITHMS = ()  # noqa: N806
+    if isinstance(cfg, Int4Config) and cfg.algorithm in AWQ_ALGORITHMS:
+        raise ValueError(
+            f"candidate {cand.name!r}: AWQ folds its scales into the preceding norms / linears (a "
+            "model-wide pre-pass), so it cannot be measured per layer; use -mse or -gptq candidates"
+        )
 
 
 def _set_module(model: nn.Module, name: str, mod: nn.Module) -> None:
@@ -322,6 +332,8 @@ def measure_sensitivity(
     if proxy not in ("kl", "cosine", "mse"):
         raise ValueError(f"unknown proxy {proxy!r}: use 'kl', 'cosine' or 'mse'")
     cands = resolve_candidates(candidates)
+    for c in cands:
+        _check_per_layer(c)
     if not batches:
         raise ValueError("measure_sensitivity needs at least one calibration batch")
     modules = dict(model.named_modules())
@@ -372,19 +384,6 @@ def measure_sensitivity(
                 cache.blocks = []
     sens.tokens = sum(int(r.numel() // r.shape[-1]) for r in refs)
 
-    needs: dict[str, frozenset[str]] = {}
-    for n, c in todo:
-        k = _stat_needs(c.config)
-        if k:
-            needs[n] = needs.get(n, frozenset()) | k
-    stats: dict[str, CalibrationStats] = {}
-    if needs:
-        from pyquant.quantize import _collect_stats
-
-        stats = _collect_stats(
-            model, {n: modules[n] for n in needs}, needs, batches, lambda m, b: output_fn(m, b), progress
-        )
-
     # Later blocks first: with reuse, they are the cheapest, so the progress bar's rate settles early.
     todo.sort(key=lambda t: -cache.block(t[0]))
     it: Any = todo
@@ -394,8 +393,7 @@ def measure_sensitivity(
         it = tqdm(todo, desc=f"sensitivity ({proxy})", unit="layer-cand")
     for n, c in it:
         lin = modules[n]
-        q = _quantized_module(n, lin, c.config, stats.get(n))
-        _set_module(model, n, q)
+        _quantize_one(model, n, c.config, batches, output_fn)
         total, count = 0.0, 0
         try:
             with torch.inference_mode():

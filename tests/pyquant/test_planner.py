@@ -238,3 +238,19 @@ def test_candidates_accept_configs_and_recipe_parsers() -> None:
         raise ValueError("unknown scheme")
 
     assert resolve_candidates("int4-b128-fancy", parse)[0].config == Int4Config(128)
+
+
+def test_calibrated_candidates_and_awq_refused() -> None:
+    model = _toy()
+    gptq = Int4Config(32, algorithm="gptq")
+    s = measure_sensitivity(
+        model, ["fp8-static", gptq, "int4-b32"], CALIB[:2], _out, proxy="mse", progress=False
+    )
+    name = resolve_candidates([gptq])[0].name
+    for n in s.proxy:
+        assert 0.0 < s.proxy[n]["fp8-static"] < 1.0
+        assert 0.0 < s.proxy[n][name] < 1.0
+    # GPTQ uses the calibration data: on it, the layer output error is not worse than RTN's
+    assert sum(s.proxy[n][name] for n in s.proxy) <= 1.05 * sum(s.proxy[n]["int4-b32"] for n in s.proxy)
+    with pytest.raises(ValueError, match="AWQ folds its scales"):
+        measure_sensitivity(model, [Int4Config(32, algorithm="awq")], CALIB[:1], _out, progress=False)

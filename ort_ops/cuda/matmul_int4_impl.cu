@@ -338,9 +338,11 @@ __global__ void int4_split_finalize_kernel(const float* __restrict__ ws, const T
 namespace {
 constexpr int kGemvVariants = 9;
 
+// Default 1 (4 warps, U = 4, prefetch): best or within 5 % of the best variant on every shape of
+// bench/results/2026-11-22-h100-bench-int4-gemv-variants*.md (M = 1..8); 5-12 % faster than 0.
 int GemvVariantFor(const MatMulInt4Problem& p, int requested) {
   if (requested >= 0 && requested < kGemvVariants) return requested;
-  return 0;
+  return 1;
 }
 
 template <typename T>

@@ -11,7 +11,7 @@ log="$OUT/2026-11-22-${tag}-cuda-tests.log"
   python3 -c "import onnxruntime as o, torch; print('onnxruntime', o.__version__, o.get_available_providers(), 'torch', torch.__version__)"
   echo "# python3 -m pytest tests/cuda -q -rs -p no:cacheprovider"
 } > "$log" 2>&1
-PYTHONUNBUFFERED=1 timeout ${PYTEST_TIMEOUT:-300} python3 -m pytest tests/cuda -q -rs -x -p no:cacheprovider 2>&1 | tail -n 400 >> "$log"
+PYTHONUNBUFFERED=1 timeout ${PYTEST_TIMEOUT:-300} python3 -m pytest tests/cuda -q -rs -p no:cacheprovider 2>&1 | tail -n 400 >> "$log"
 echo "pytest rc=${PIPESTATUS[0]}" >> "$log"
 tail -n 15 "$log"
 if [ "${SANITIZE:-1}" = 1 ]; then
@@ -19,4 +19,8 @@ if [ "${SANITIZE:-1}" = 1 ]; then
   timeout ${SAN_TIMEOUT:-200} compute-sanitizer --tool memcheck --print-limit 20 python3 tests/cuda/memcheck_smoke.py > "$slog" 2>&1
   echo "memcheck rc=$?" >> "$slog"
   tail -n 6 "$slog"
+  rlog="$OUT/2026-11-22-${tag}-racecheck.log"
+  timeout ${SAN_TIMEOUT:-200} compute-sanitizer --tool racecheck --racecheck-report hazard --print-limit 20 python3 tests/cuda/memcheck_smoke.py > "$rlog" 2>&1
+  echo "racecheck rc=$?" >> "$rlog"
+  tail -n 6 "$rlog"
 fi

@@ -2,8 +2,9 @@
 
     compute-sanitizer --tool memcheck python tests/cuda/memcheck_smoke.py
 
-Touches every dispatch path (reference kernels, small-M and large-M kernels, K tails, odd N) on
-shapes small enough for the sanitizer. Exits non-zero if an output is off the reference."""
+Touches every dispatch path (reference kernels, small-M and large-M kernels, the sm90 CUTLASS
+GEMMs on a Hopper GPU, K tails, odd N) on shapes small enough for the sanitizer. Also run under
+racecheck (shared-memory hazards) by bench/device/tests.sh. Exits non-zero if an output is off the reference."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ def main() -> int:
             (256, 40, 64, True),
             (1000, 24, 128, False),
             (100, 9, 16, True),
+            (512, 48, 128, False),  # K % 32 == 0, N % 8 == 0: the sm90 GEMM at M >= 17 (with zero points)
         ):
             w = rng.standard_normal((n, k)).astype(np.float32)
             b, s, zp = layout.quantize_int4_rtn(w, bs, symmetric=sym)
@@ -55,7 +57,7 @@ def main() -> int:
                 yr, mag = matmul_int4_ref(x.astype(np.float64), b, st, k, n, bs, zp, bt)
                 assert_within_limit(y, yr, mag, dtype)
                 n_checked += 1
-        for k, n, blk in ((256, 37, 0), (240, 20, 64), (100, 9, 16)):
+        for k, n, blk in ((256, 37, 0), (240, 20, 64), (100, 9, 16), (256, 40, 0)):  # last: sm90 FP8 GEMM
             w = rng.standard_normal((n, k)).astype(np.float32)
             w8, ws = layout.quantize_weight_fp8(w, blk)
             sess = make_session(

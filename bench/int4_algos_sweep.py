@@ -44,6 +44,9 @@ def main() -> int:
     ap.add_argument("--results", required=True, help="write <path>.md and <path>.json")
     ap.add_argument("--title", default="")
     ap.add_argument(
+        "--float-from", help="take the float model's score from this results .json (same model and data)"
+    )
+    ap.add_argument(
         "--resume",
         action="store_true",
         help="keep the schemes already in <results>.json (and its float score)",
@@ -63,6 +66,8 @@ def main() -> int:
         results = [EvalResult(**r) for r in json.loads(old.read_text())["results"]]
     if results:
         float_value = results[0].float_value
+    elif args.float_from:
+        float_value = json.loads(Path(args.float_from).read_text())["results"][0]["float_value"]
     else:
         float_value, _ = task.score(metrics.torch_forward(recipe.wrap(float_model)), "float (torch)")
     done = {r.scheme for r in results}

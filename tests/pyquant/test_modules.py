@@ -174,8 +174,8 @@ def test_clear_errors() -> None:
         quantize(m, Fp8Config(activation="static"))
     with pytest.raises(ValueError, match="'0'.*in_features=64 < block_size=128"):
         quantize(m, QuantizeConfig(overrides={"0": Int4Config(128)}))
-    with pytest.raises(ValueError, match="no int4 weight quantizer named 'gptq'"):
-        quantize(m, Int4Config(32, algorithm="gptq"))
+    with pytest.raises(ValueError, match="no int4 weight quantizer named 'no-such-algo'"):
+        quantize(m, Int4Config(32, algorithm="no-such-algo"))
     q = quantize(nn.Sequential(nn.Linear(64, 64)), Int4Config(32))
     with pytest.raises(ValueError, match=r"'0'.*expected input \[..., 64\]"):
         q(torch.randn(2, 63))

@@ -20,6 +20,22 @@
 namespace pyquant {
 namespace sm90 {
 
+// Benchmark knobs (environment variables read by the op at kernel creation, see
+// linear_fp8_op.cc); all-zero is the default configuration.
+struct Fp8GemmTuning {
+  // 0: default tiles (128x64x128 for M <= 64, 128x128x128 above; promoting mainloop).
+  // fp16 output only, else the default (fp8_gemm_sm90_variants.cu):
+  //   1: 128x128x128 FastAccum   2: 128x256x128 FastAccum   3: 128x128x128, 2x1 cluster
+  //   4: 128x256x128 FastAccum, 2x1 cluster
+  int variant = 0;
+  int promote = 0;        // mma_promotion_interval (MMAs of k = 32; multiple of 4); 0: CUTLASS's 4
+  int decomposition = 0;  // 0 heuristic (stream-K where it pays), 1 stream-K, 2 split-K, 3 data-parallel
+  int splits = 0;         // split-K factor (decomposition 2 / heuristic); 0: scheduler's choice
+  int raster = 0;         // 0 heuristic, 1 along M_c (channels), 2 along N_c (tokens)
+  int swizzle = 0;        // max_swizzle_size (1, 2, 4, 8); 0: 1
+  int nondeterministic = 0;  // 1: unordered stream-K reduction (not bit-reproducible)
+};
+
 struct Fp8GemmArgs {
   const uint8_t* xq = nullptr;     // [M, K] e4m3 (quantized X, row-major), 16-byte aligned
   const float* s_x = nullptr;      // [M] float, per-token (or repeated static) activation scale
@@ -29,6 +45,7 @@ struct Fp8GemmArgs {
   void* y = nullptr;               // [M, N] T (row-major), 16-byte aligned
   int m = 0, n = 0, k = 0;
   int device = 0;  // CUDA device ordinal of the pointers
+  Fp8GemmTuning tune;
 };
 
 // Shapes and alignments the kernel covers (the caller falls back to the portable kernels

@@ -1,0 +1,164 @@
+// The CUTLASS 3.x FP8 GEMM template behind fp8_gemm_sm90.h, shared by the translation units
+// that instantiate it (fp8_gemm_sm90.cu: the default tiles for fp16 / bf16;
+// fp8_gemm_sm90_variants.cu: the benchmark-selectable variants), so that they compile in
+// parallel. sm_90a only; see fp8_gemm_sm90.cu for the problem mapping (swap-AB) and the epilogue.
+//
+// Parameters:
+//   Element      T of Y and bias (cutlass::half_t / cutlass::bfloat16_t)
+//   TileShape    (channels M_c) x (tokens N_c) x K per CTA tile
+//   ClusterShape CTAs per cluster; 2 x 1 multicasts each Xq (B) tile to the two CTAs that work on
+//                the same tokens and neighbouring channel tiles (one L2 read, two SMs)
+//   Schedule     KernelTmaWarpSpecializedCooperative: the FP8 mainloop that promotes the wgmma
+//                accumulators into fp32 registers every mma_promotion_interval MMAs (k = 32 each);
+//                KernelTmaWarpSpecializedCooperativeFP8FastAccum: no promotion (the whole K in the
+//                tensor core's reduced-precision accumulator; fewer registers, so 128 x 256 fits)
+#pragma once
+
+#include <mutex>
+#include <type_traits>
+
+#include "cuda/sm90/fp8_gemm_sm90.h"
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+#include "cutlass/kernel_hardware_info.h"
+
+namespace pyquant {
+namespace sm90 {
+namespace detail {
+
+using namespace cute;
+
+inline int SmCount(int device) {
+  static std::mutex mu;
+  static int cached[64] = {};
+  std::lock_guard<std::mutex> lock(mu);
+  if (device < 0 || device >= 64) return 0;
+  if (cached[device] == 0) cudaDeviceGetAttribute(&cached[device], cudaDevAttrMultiProcessorCount, device);
+  return cached[device];
+}
+
+template <typename Element, typename TileShape, typename ClusterShape = Shape<_1, _1, _1>,
+          typename Schedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative>
+struct Fp8Gemm {
+  using ElementQ = cutlass::float_e4m3_t;
+  using ElementAcc = float;
+  using LayoutA = cutlass::layout::RowMajor;     // W [N, K]
+  using LayoutB = cutlass::layout::ColumnMajor;  // Xq^T [K, M]
+  using LayoutD = cutlass::layout::ColumnMajor;  // Y^T [N, M]
+  static constexpr int kAlignQ = 16;             // 16 e4m3 = 16 bytes (TMA)
+  static constexpr int kAlignD = 128 / cutlass::sizeof_bits<Element>::value;
+  static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
+  // The promoting mainloop has a runtime mma_promotion_interval; FastAccum has none.
+  static constexpr bool kPromoting = std::is_same<Schedule, cutlass::gemm::KernelTmaWarpSpecializedCooperative>::value;
+
+  // Epilogue visitor tree, leaves first:
+  using WScale = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float>;  // s_w[n]
+  using Bias = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, Element, float>;  // bias[n]
+  using XScale = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, float, float>;  // s_x[m]
+  using Acc = cutlass::epilogue::fusion::Sm90AccFetch;
+  // s_w[n] * acc
+  using ScaledAcc = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, WScale, Acc>;
+  // s_x[m] * (s_w[n] * acc) + bias[n], fp32, rounded once to Element
+  using Tree = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, Element, float, kRound>, XScale,
+      ScaledAcc, Bias>;
+
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, float, void, LayoutD, kAlignD, Element, LayoutD,
+      kAlignD, cutlass::epilogue::TmaWarpSpecializedCooperative, Tree>::CollectiveOp;
+
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementQ, LayoutA, kAlignQ, ElementQ, LayoutB, kAlignQ,
+      ElementAcc, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      Schedule>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
+                                                      cutlass::gemm::StreamKScheduler>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
+  static typename Gemm::Arguments MakeArguments(const Fp8GemmArgs& a) {
+    using StrideA = typename Kernel::StrideA;
+    using StrideB = typename Kernel::StrideB;
+    using StrideD = typename Kernel::StrideD;
+    // A: (n, k, l) -> n * K + k.  B: (m, k, l) -> m * K + k.  D: (n, m, l) -> m * N + n.
+    StrideA stride_a = cute::make_stride(int64_t(a.k), _1{}, int64_t(0));
+    StrideB stride_b = cute::make_stride(int64_t(a.k), _1{}, int64_t(0));
+    StrideD stride_d = cute::make_stride(_1{}, int64_t(a.n), int64_t(0));
+
+    cutlass::KernelHardwareInfo hw;
+    hw.device_id = a.device;
+    hw.sm_count = SmCount(a.device);
+
+    typename Gemm::Arguments args{
+        cutlass::gemm::GemmUniversalMode::kGemm,
+        {a.n, a.m, a.k, 1},
+        {reinterpret_cast<const ElementQ*>(a.w), stride_a, reinterpret_cast<const ElementQ*>(a.xq), stride_b},
+        {{}, nullptr, stride_d, static_cast<Element*>(a.y), stride_d},
+        hw};
+    if constexpr (kPromoting) {
+      // MMAs (k = 32 each) accumulated inside the tensor core between two promotions into the
+      // fp32 registers; CUTLASS's default 4 = one 128-wide k-block.
+      if (a.tune.promote > 0) args.mainloop.mma_promotion_interval = static_cast<uint32_t>(a.tune.promote);
+    }
+    // Tree arguments: {XScale, ScaledAcc {WScale, Acc, op}, Bias, op}.
+    args.epilogue.thread = {
+        {a.s_x, 0.0f, {}},
+        {{a.w_scale, 0.0f, {}}, {}, {}},
+        {static_cast<const Element*>(a.bias), Element(0), {}},
+        {}};
+    using namespace cutlass::gemm::kernel::detail;
+    // Deterministic (ordered, "turnstile") stream-K / split-K reduction by default: the same
+    // inputs give bit-identical outputs. The other fields are benchmark knobs (Fp8GemmTuning).
+    args.scheduler.reduction_mode =
+        a.tune.nondeterministic ? ReductionMode::Nondeterministic : ReductionMode::Deterministic;
+    args.scheduler.decomposition_mode = a.tune.decomposition == 1   ? DecompositionMode::StreamK
+                                        : a.tune.decomposition == 2 ? DecompositionMode::SplitK
+                                        : a.tune.decomposition == 3 ? DecompositionMode::DataParallel
+                                                                    : DecompositionMode::Heuristic;
+    if (a.tune.splits > 1) args.scheduler.splits = a.tune.splits;
+    args.scheduler.raster_order = a.tune.raster == 1   ? RasterOrderOptions::AlongM
+                                  : a.tune.raster == 2 ? RasterOrderOptions::AlongN
+                                                       : RasterOrderOptions::Heuristic;
+    if (a.tune.swizzle > 1) args.scheduler.max_swizzle_size = a.tune.swizzle;
+    return args;
+  }
+
+  static size_t WorkspaceBytes(const Fp8GemmArgs& a) { return Gemm::get_workspace_size(MakeArguments(a)); }
+
+  static bool CanImplement(const Fp8GemmArgs& a) {
+    return Gemm::can_implement(MakeArguments(a)) == cutlass::Status::kSuccess;
+  }
+
+  static cudaError_t Run(const Fp8GemmArgs& a, void* ws, size_t ws_bytes, cudaStream_t stream) {
+    typename Gemm::Arguments args = MakeArguments(a);
+    if (Gemm::get_workspace_size(args) > ws_bytes) return cudaErrorInvalidValue;
+    Gemm gemm;
+    if (gemm.can_implement(args) != cutlass::Status::kSuccess) return cudaErrorNotSupported;
+    // initialize() only fills the params struct and, for stream-K / split-K, clears the
+    // workspace's barrier area with a kernel on `stream` (no allocation, no sync: capturable).
+    if (gemm.initialize(args, ws, stream) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
+    if (gemm.run(stream) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
+    return cudaGetLastError();
+  }
+};
+
+}  // namespace detail
+
+// Variants of fp8_gemm_sm90_variants.cu (fp16 output only; Fp8GemmTuning::variant 1..4). Each
+// returns false / cudaErrorNotSupported when the variant does not exist or cannot run the shape.
+bool Fp8GemmVariantSupported(const Fp8GemmArgs& a);
+size_t Fp8GemmVariantWorkspaceBytes(const Fp8GemmArgs& a);
+cudaError_t LaunchFp8GemmVariant(const Fp8GemmArgs& a, void* ws, size_t ws_bytes, cudaStream_t stream);
+
+}  // namespace sm90
+}  // namespace pyquant

@@ -1,0 +1,73 @@
+// Benchmark-selectable variants of the Hopper LinearFp8 GEMM (Fp8GemmTuning::variant, set from
+// PYQUANT_FP8_SM90_TILE at kernel creation), fp16 output only (bf16 keeps the default tiles), in
+// their own translation unit so that they compile in parallel with fp8_gemm_sm90.cu. Same
+// template, problem mapping (swap-AB: channels x tokens x K) and epilogue as the default.
+//
+//   1 "f128":   128x128x128, FastAccum mainloop (isolates the cost of promotion)
+//   2 "f256":   128x256x128, FastAccum (fits in registers without the fp32 copy; 2x the MMA work
+//               per B/A byte loaded from smem of the 128x128 tile)
+//   3 "c2":     128x128x128, promoting mainloop, 2x1 cluster (TMA multicast of the Xq tile to
+//               the two CTAs of neighbouring channel tiles: half the L2 -> SM traffic for B)
+//   4 "f256c2": 128x256x128, FastAccum, 2x1 cluster
+//
+// Why FastAccum is not the default: the Hopper FP8 wgmma accumulator keeps about 13 fraction bits
+// (truncating) inside one chain of MMAs. Per MMA (k = 32) the added error is at most about
+// 2 * 2^-13 of the magnitude sum of the chain so far, so a chain of c MMAs costs at most about
+// c * 2^-12 * sum_k |x w| in the worst case (all products of one sign, where the truncation
+// errors do not cancel). With promotion every 4 MMAs (default) that is 4 * 2.4e-4 = 9.8e-4 of
+// sum |x w|, half the fp16 / bf16 limit of docs/ops.md (2e-3); every 8 MMAs reaches the limit;
+// FastAccum (c = K / 32 = 128 for K = 4096) exceeds it by ~15x for one-signed data, and is within
+// it only because random signs cancel. tests/cuda/test_cuda_fp8_paths.py measures both.
+#include "cuda/sm90/fp8_gemm_sm90_kernel.cuh"
+
+namespace pyquant {
+namespace sm90 {
+
+namespace {
+
+using namespace cute;
+using detail::Fp8Gemm;
+using Fast = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum;
+using Promoting = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+using H = cutlass::half_t;
+
+template <typename F>
+auto WithVariant(int variant, bool* found, F&& f) {
+  *found = true;
+  switch (variant) {
+    case 1:
+      return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Fast>{});
+    case 2:
+      return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_1, _1, _1>, Fast>{});
+    case 3:
+      return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_2, _1, _1>, Promoting>{});
+    case 4:
+      return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_2, _1, _1>, Fast>{});
+    default:
+      *found = false;
+      return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Fast>{});
+  }
+}
+
+}  // namespace
+
+bool Fp8GemmVariantSupported(const Fp8GemmArgs& a) {
+  bool found = false;
+  const bool ok = WithVariant(a.tune.variant, &found, [&](auto g) { return decltype(g)::CanImplement(a); });
+  return found && ok;
+}
+
+size_t Fp8GemmVariantWorkspaceBytes(const Fp8GemmArgs& a) {
+  bool found = false;
+  return WithVariant(a.tune.variant, &found, [&](auto g) { return decltype(g)::WorkspaceBytes(a); });
+}
+
+cudaError_t LaunchFp8GemmVariant(const Fp8GemmArgs& a, void* ws, size_t ws_bytes, cudaStream_t stream) {
+  bool found = false;
+  const bool ok = WithVariant(a.tune.variant, &found, [&](auto g) { return decltype(g)::CanImplement(a); });
+  if (!found || !ok) return cudaErrorNotSupported;
+  return WithVariant(a.tune.variant, &found, [&](auto g) { return decltype(g)::Run(a, ws, ws_bytes, stream); });
+}
+
+}  // namespace sm90
+}  // namespace pyquant

@@ -17,27 +17,47 @@ struct Fp8Workspace {
 };
 // Bytes of scratch LaunchLinearFp8Ref needs (quantized X, row scales): the minimum.
 size_t LinearFp8WorkspaceBytes(const LinearFp8Problem& p);
+// Smallest M sent to the Hopper GEMM (below it the small-M mma.sync kernel streams W once).
+constexpr int64_t kFp8Sm90MinM = 17;
+
+// Kernel choices of one node, fixed when the kernel is created (CudaFp8Options() reads the
+// environment; tests and benchmarks set it around session creation). Defaults = production.
+struct Fp8Options {
+  // PYQUANT_FP8_SM90_MIN_M: smallest M for the Hopper GEMM (a huge value keeps the portable
+  // kernels; 1 forces the GEMM down to M = 1).
+  int64_t sm90_min_m = kFp8Sm90MinM;
+  // PYQUANT_FP8_GEMV: small-M kernel for M <= 8, per-channel or per-block scales.
+  //   0 "mma": fp8_mma_kernel (activations in the MMA's m16 slot, W in n8).
+  //   1 "swap": fp8_gemv_swap_kernel (W rows in the m16 slot, X^T in n8: half the MMAs).
+  int gemv = 0;
+  // Hopper GEMM knobs (sm90::Fp8GemmTuning, fp8_gemm_sm90.h):
+  //   PYQUANT_FP8_SM90_TILE     auto | f128 | f256 | c2 | f256c2  -> variant 0..4
+  //   PYQUANT_FP8_SM90_PROMOTE  mma_promotion_interval (multiple of 4)
+  //   PYQUANT_FP8_SM90_DECOMP   heuristic | streamk | splitk | dp
+  //   PYQUANT_FP8_SM90_SPLITS   split-K factor
+  //   PYQUANT_FP8_SM90_RASTER   auto | m | n
+  //   PYQUANT_FP8_SM90_SWIZZLE  1 | 2 | 4 | 8
+  //   PYQUANT_FP8_SM90_REDUCE   det | nondet
+  int sm90_variant = 0, sm90_promote = 0, sm90_decomposition = 0, sm90_splits = 0, sm90_raster = 0,
+      sm90_swizzle = 0, sm90_nondeterministic = 0;
+};
+Fp8Options CudaFp8Options();
+
 // Bytes of scratch LaunchLinearFp8<T> can use: the minimum plus, where the Hopper GEMM serves
 // this problem on the current device, its stream-K workspace (with less, the launcher falls back
 // to the portable kernel).
 template <typename T>
-size_t LinearFp8WorkspaceBytesT(const LinearFp8Problem& p, int64_t sm90_min_m);
-
-// Smallest M sent to the Hopper GEMM (below it the small-M mma.sync kernel streams W once).
-// CudaFp8Sm90MinM(): PYQUANT_FP8_SM90_MIN_M if set (a huge value keeps the portable kernels, for
-// benchmarks and tests; 1 forces the GEMM down to M = 1), else kFp8Sm90MinM. Read by the op
-// struct when the kernel is created.
-constexpr int64_t kFp8Sm90MinM = 17;
-int64_t CudaFp8Sm90MinM();
+size_t LinearFp8WorkspaceBytesT(const LinearFp8Problem& p, const Fp8Options& opt);
 
 // p.x, p.w, p.w_scale, p.bias, p.y are device pointers; p.x_scale is a host value.
 // LaunchLinearFp8: activation quantization, then on compute capability 9.0 (sm_90a build) the
-// CUTLASS FP8 GEMM for M > 16, per-channel scales, fp16 / bf16, K % 16 == 0, N % 8 == 0; else
-// the mma.sync kernel when K % 16 == 0 and block_size is 0 or >= 64 (reference kernel otherwise). LaunchLinearFp8Ref: quantization + the
-// plain reference GEMM (ground truth; PYQUANT_CUDA_KERNELS=ref selects it for every node).
+// CUTLASS FP8 GEMM for M >= opt.sm90_min_m, per-channel scales, fp16 / bf16, K % 16 == 0,
+// N % 8 == 0; else the mma.sync kernels when K % 16 == 0 and block_size is 0 or >= 64 (reference
+// kernel otherwise). LaunchLinearFp8Ref: quantization + the plain reference GEMM (ground truth;
+// PYQUANT_CUDA_KERNELS=ref selects it for every node).
 template <typename T>
 cudaError_t LaunchLinearFp8(const LinearFp8Problem& p, Fp8Workspace ws, cudaStream_t stream,
-                            int64_t sm90_min_m = kFp8Sm90MinM);
+                            const Fp8Options& opt = Fp8Options{});
 template <typename T>
 cudaError_t LaunchLinearFp8Ref(const LinearFp8Problem& p, Fp8Workspace ws, cudaStream_t stream);
 

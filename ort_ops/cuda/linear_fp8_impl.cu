@@ -405,6 +405,124 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __r
   }
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// Swapped-operand small-M kernel (Fp8Options::gemv = 1 "swap", M <= 8, per-channel scales).
+// W is the MMA's 16-row A operand (16 output channels per MMA), X^T the n8 B operand (the M <= 8
+// tokens), so the MMA count per weight is half of fp8_mma_kernel's (which puts the mostly padded
+// token rows in the m16 slot). Thread (g = lane / 4, t = lane % 4) loads, per 64-wide K chunk,
+// 16 consecutive k (kb = chunk * 64 + 16 t) of W rows n0 + g and n0 + g + 8 and of token row g.
+//   kFp8Mma = false: e4m3 -> fp16 (exact), mma m16n8k16 (sm_80+): word s (k = kb + 4s .. +3)
+//     of each load gives slots {2t, 2t+1} <- kb + 4s + {0, 1}, {2t+8, 2t+9} <- kb + 4s + {2, 3}:
+//     a0 / a2 = low / high half of row g's word, a1 / a3 = row g + 8's; b0 / b1 = token g's.
+//   kFp8Mma = true: mma m16n8k32 on the e4m3 bytes themselves (sm_89+, no conversions, a quarter
+//     of fp8_mma_kernel's MMAs): words (2j, 2j+1) of a load are the slots {4t..4t+3} and
+//     {16+4t..16+4t+3} of MMA j: a0 / a2 = row g's words, a1 / a3 = row g + 8's, b0 / b1 = token
+//     g's. Each MMA starts from zero accumulators and is added to the fp32 sums right after, so
+//     the tensor core's reduced-precision accumulation spans one MMA (32 products): error
+//     <= ~2^-12 of sum |x w| of those products, far inside the limit of docs/ops.md.
+//   C: c0, c1 = channel g, tokens 2t, 2t + 1; c2, c3 = channel g + 8, same tokens.
+// grid = ceil(N / 16), block = 32 * kWarps; warps split K (chunks warp, warp + kWarps, ...),
+// reduced through shared memory. xq [M, K] e4m3, s_x [M], w [N, K] e4m3, w_scale [N], bias [N] T
+// or nullptr, y [M, N] T.
+// ---------------------------------------------------------------------------------------------
+namespace {
+__device__ __forceinline__ void MmaE4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                        uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};"
+      : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f), "f"(0.0f), "f"(0.0f), "f"(0.0f));
+#else
+  __trap();  // the launcher selects kFp8Mma on compute capability >= 8.9 only
+#endif
+}
+}  // namespace
+
+template <typename T, int kWarps, bool kFp8Mma>
+__global__ void __launch_bounds__(32 * kWarps) fp8_gemv_swap_kernel(const uint8_t* __restrict__ xq,
+                                                                    const float* __restrict__ s_x,
+                                                                    const uint8_t* __restrict__ w,
+                                                                    const float* __restrict__ w_scale,
+                                                                    const T* __restrict__ bias, T* __restrict__ y,
+                                                                    Fp8Geom g) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int gr = lane >> 2, t = lane & 3;
+  const int n0 = blockIdx.x * 16;
+  // Rows past N / tokens past M re-read the last valid one (clamped, unconditional loads); their
+  // outputs are never stored. Chunks past K are zeroed.
+  const uint8_t* w_lo = w + int64_t(min(n0 + gr, g.n - 1)) * g.k;
+  const uint8_t* w_hi = w + int64_t(min(n0 + gr + 8, g.n - 1)) * g.k;
+  const uint8_t* x_row = xq + int64_t(min(gr, g.m - 1)) * g.k;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+
+  constexpr int U = 4;  // chunks per load group; double-buffered: 2 groups (24 x 16 B) in flight
+  auto load_group = [&](int c0, uint4(&wl)[U], uint4(&wh)[U], uint4(&xv)[U]) {
+#pragma unroll
+    for (int uu = 0; uu < U; ++uu) {
+      const int kb = (c0 + uu * kWarps) * 64 + 16 * t;
+      const bool kin = c0 + uu * kWarps < g.n_chunks && kb < g.k;
+      const int kbc = kin ? kb : 0;
+      const uint4 a = LoadStream16(w_lo + kbc), b = LoadStream16(w_hi + kbc), x = LoadActivation16(x_row + kbc);
+      const uint4 z = make_uint4(0, 0, 0, 0);
+      wl[uu] = kin ? a : z;
+      wh[uu] = kin ? b : z;
+      xv[uu] = kin ? x : z;
+    }
+  };
+  auto compute_group = [&](const uint4(&wl)[U], const uint4(&wh)[U], const uint4(&xv)[U]) {
+#pragma unroll
+    for (int uu = 0; uu < U; ++uu) {
+      if constexpr (kFp8Mma) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          float d[4];
+          MmaE4m3(d, Word4(wl[uu], 2 * j), Word4(wh[uu], 2 * j), Word4(wl[uu], 2 * j + 1), Word4(wh[uu], 2 * j + 1),
+                  Word4(xv[uu], 2 * j), Word4(xv[uu], 2 * j + 1));
+          acc[0] += d[0], acc[1] += d[1], acc[2] += d[2], acc[3] += d[3];
+        }
+      } else {
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          const uint32_t lo = Word4(wl[uu], s), hi = Word4(wh[uu], s), xs = Word4(xv[uu], s);
+          Mma16816<__half>(acc, Fp8x2ToHalf2(lo & 0xFFFFu), Fp8x2ToHalf2(hi & 0xFFFFu), Fp8x2ToHalf2(lo >> 16),
+                           Fp8x2ToHalf2(hi >> 16), Fp8x2ToHalf2(xs & 0xFFFFu), Fp8x2ToHalf2(xs >> 16));
+        }
+      }
+    }
+  };
+
+  uint4 wl[U], wh[U], xv[U];
+  if (warp < g.n_chunks) load_group(warp, wl, wh, xv);
+  for (int c0 = warp; c0 < g.n_chunks; c0 += U * kWarps) {
+    uint4 cl[U], ch[U], cx[U];
+#pragma unroll
+    for (int uu = 0; uu < U; ++uu) cl[uu] = wl[uu], ch[uu] = wh[uu], cx[uu] = xv[uu];
+    if (c0 + U * kWarps < g.n_chunks) load_group(c0 + U * kWarps, wl, wh, xv);
+    compute_group(cl, ch, cx);
+  }
+
+  __shared__ float red[kWarps][4][32];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) red[warp][r][lane] = acc[r];
+  __syncthreads();
+  for (int r = warp; r < 4; r += kWarps) {
+    float v = 0.0f;
+#pragma unroll
+    for (int ww = 0; ww < kWarps; ++ww) v += red[ww][r][lane];
+    const int c = n0 + gr + (r >= 2 ? 8 : 0);  // channel
+    const int row = 2 * t + (r & 1);          // token
+    if (row < g.m && c < g.n) {
+      v *= w_scale[c];
+      v *= s_x[row];
+      if (bias) v += LoadF(bias, c);
+      y[int64_t(row) * g.n + c] = StoreT<T>(v);
+    }
+  }
+}
+
 namespace {
 
 // Compute capability 9.0 (the sm_90a code runs there only), asked once per device.
@@ -424,6 +542,22 @@ bool CurrentDeviceIsSm90(int* device_out) {
   return cached[dev] > 0;
 }
 
+// Compute capability >= 8.9 (FP8 mma.sync), asked once per device.
+bool CurrentDeviceHasFp8Mma() {
+  static std::mutex mu;
+  static signed char cached[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  std::lock_guard<std::mutex> lock(mu);
+  if (cached[dev] == 0) {
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    cached[dev] = (major * 10 + minor >= 89) ? 1 : -1;
+  }
+  return cached[dev] > 0;
+}
+
 // Scratch layout: xq [M, K] bytes | s_x [M] float | sm90 GEMM workspace (stream-K partials).
 size_t XqBytes(const LinearFp8Problem& p) { return AlignUp(static_cast<size_t>(p.m * p.k)); }
 size_t SxBytes(const LinearFp8Problem& p) { return AlignUp(static_cast<size_t>(p.m) * sizeof(float)); }
@@ -431,14 +565,23 @@ size_t SxBytes(const LinearFp8Problem& p) { return AlignUp(static_cast<size_t>(p
 #if PYQUANT_WITH_SM90
 // The shape / type / device part of the sm90 decision (pointers are checked at launch).
 template <typename T>
-bool Sm90Candidate(const LinearFp8Problem& p, int64_t min_m, int* device) {
+bool Sm90Candidate(const LinearFp8Problem& p, const Fp8Options& opt, int* device) {
+  const int64_t min_m = opt.sm90_min_m;
   if (std::is_same<T, float>::value) return false;  // fp16 / bf16 output only
   return p.block_size == 0 && p.m >= min_m && p.k % 16 == 0 && p.n % 8 == 0 && p.m < (int64_t{1} << 31) &&
          p.n < (int64_t{1} << 31) && p.k < (int64_t{1} << 31) && CurrentDeviceIsSm90(device);
 }
 
-sm90::Fp8GemmArgs Sm90Args(const LinearFp8Problem& p, const uint8_t* xq, const float* s_x, int device) {
+sm90::Fp8GemmArgs Sm90Args(const LinearFp8Problem& p, const uint8_t* xq, const float* s_x, int device,
+                           const Fp8Options& opt) {
   sm90::Fp8GemmArgs a;
+  a.tune.variant = opt.sm90_variant;
+  a.tune.promote = opt.sm90_promote;
+  a.tune.decomposition = opt.sm90_decomposition;
+  a.tune.splits = opt.sm90_splits;
+  a.tune.raster = opt.sm90_raster;
+  a.tune.swizzle = opt.sm90_swizzle;
+  a.tune.nondeterministic = opt.sm90_nondeterministic;
   a.xq = xq;
   a.s_x = s_x;
   a.w = p.w;
@@ -476,12 +619,12 @@ void LaunchQuantize(const LinearFp8Problem& p, uint8_t* xq, float* s_x, cudaStre
 }  // namespace
 
 template <typename T>
-size_t LinearFp8WorkspaceBytesT(const LinearFp8Problem& p, int64_t sm90_min_m) {
+size_t LinearFp8WorkspaceBytesT(const LinearFp8Problem& p, const Fp8Options& opt) {
   size_t bytes = XqBytes(p) + SxBytes(p);
 #if PYQUANT_WITH_SM90
   int device = 0;
-  if (Sm90Candidate<T>(p, sm90_min_m, &device)) {
-    bytes += AlignUp(sm90::Fp8GemmWorkspaceBytes(Sm90Args(p, nullptr, nullptr, device),
+  if (Sm90Candidate<T>(p, opt, &device)) {
+    bytes += AlignUp(sm90::Fp8GemmWorkspaceBytes(Sm90Args(p, nullptr, nullptr, device, opt),
                                                  std::is_same<T, __nv_bfloat16>::value));
   }
 #endif
@@ -513,7 +656,7 @@ void LaunchFp8Mma(const LinearFp8Problem& p, const uint8_t* xq, const float* s_x
 
 template <typename T>
 cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cudaStream_t stream, bool force_ref,
-                                int64_t sm90_min_m) {
+                                const Fp8Options& opt) {
   if (p.m == 0) return cudaSuccess;
   if (p.m > 65535 || ws.bytes < LinearFp8WorkspaceBytes(p)) return cudaErrorInvalidConfiguration;
   uint8_t* xq = static_cast<uint8_t*>(ws.data);
@@ -522,9 +665,9 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
   if (!force_ref && Fp8FastPath(p)) {
 #if PYQUANT_WITH_SM90
     int device = 0;
-    if (Sm90Candidate<T>(p, sm90_min_m, &device)) {
+    if (Sm90Candidate<T>(p, opt, &device)) {
       const bool bf16 = std::is_same<T, __nv_bfloat16>::value;
-      const sm90::Fp8GemmArgs a = Sm90Args(p, xq, s_x, device);
+      const sm90::Fp8GemmArgs a = Sm90Args(p, xq, s_x, device, opt);
       const size_t off = XqBytes(p) + SxBytes(p);
       // Supported + enough scratch (the op sized it with LinearFp8WorkspaceBytesT); else the
       // portable kernel below serves this call.
@@ -543,7 +686,19 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
     while (p.block_size && (int64_t{1} << g.bs_log2) < p.block_size) ++g.bs_log2;
     g.n_scale_blocks = static_cast<int>(p.n_scale_blocks);
     const bool block = p.block_size != 0;
-    if (p.m <= 8) {
+    if (opt.gemv == 1 && p.m <= 8 && !block) {
+      // Swapped operands: FP8 MMAs where the device has them, else fp16 MMAs after conversion.
+      // 4 warps of 16 channels: the FP8 variant needs ~150 registers (24 x 16-byte loads in
+      // flight per thread); capping it at 128 for 2 CTAs of 256 threads spilled.
+      const dim3 grid(static_cast<unsigned>((p.n + 15) / 16));
+      const T* bias = static_cast<const T*>(p.bias);
+      T* y = static_cast<T*>(p.y);
+      if (CurrentDeviceHasFp8Mma()) {
+        fp8_gemv_swap_kernel<T, 4, true><<<grid, 128, 0, stream>>>(xq, s_x, p.w, p.w_scale, bias, y, g);
+      } else {
+        fp8_gemv_swap_kernel<T, 4, false><<<grid, 128, 0, stream>>>(xq, s_x, p.w, p.w_scale, bias, y, g);
+      }
+    } else if (p.m <= 8) {
       block ? LaunchFp8Mma<T, 1, true, true>(p, xq, s_x, g, stream)
             : LaunchFp8Mma<T, 1, false, true>(p, xq, s_x, g, stream);
     } else if (p.m <= 16) {
@@ -562,17 +717,19 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
 }
 
 template <typename T>
-cudaError_t LaunchLinearFp8(const LinearFp8Problem& p, Fp8Workspace ws, cudaStream_t stream, int64_t sm90_min_m) {
-  return LaunchLinearFp8Impl<T>(p, ws, stream, false, sm90_min_m);
+cudaError_t LaunchLinearFp8(const LinearFp8Problem& p, Fp8Workspace ws, cudaStream_t stream, const Fp8Options& opt) {
+  return LaunchLinearFp8Impl<T>(p, ws, stream, false, opt);
 }
 template <typename T>
 cudaError_t LaunchLinearFp8Ref(const LinearFp8Problem& p, Fp8Workspace ws, cudaStream_t stream) {
-  return LaunchLinearFp8Impl<T>(p, ws, stream, true, 0);
+  Fp8Options opt;
+  opt.sm90_min_m = int64_t{1} << 62;
+  return LaunchLinearFp8Impl<T>(p, ws, stream, true, opt);
 }
 
 #define PYQUANT_INSTANTIATE(T)                                                                     \
-  template size_t LinearFp8WorkspaceBytesT<T>(const LinearFp8Problem&, int64_t);                  \
-  template cudaError_t LaunchLinearFp8<T>(const LinearFp8Problem&, Fp8Workspace, cudaStream_t, int64_t); \
+  template size_t LinearFp8WorkspaceBytesT<T>(const LinearFp8Problem&, const Fp8Options&);           \
+  template cudaError_t LaunchLinearFp8<T>(const LinearFp8Problem&, Fp8Workspace, cudaStream_t, const Fp8Options&); \
   template cudaError_t LaunchLinearFp8Ref<T>(const LinearFp8Problem&, Fp8Workspace, cudaStream_t);
 PYQUANT_INSTANTIATE(float)
 PYQUANT_INSTANTIATE(__half)

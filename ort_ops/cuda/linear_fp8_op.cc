@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <initializer_list>
 #include <mutex>
 #include <vector>
 
@@ -17,9 +19,42 @@
 
 namespace pyquant {
 
-int64_t CudaFp8Sm90MinM() {
-  const char* v = std::getenv("PYQUANT_FP8_SM90_MIN_M");
-  return v != nullptr && *v ? std::strtoll(v, nullptr, 10) : kFp8Sm90MinM;
+namespace {
+
+const char* Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v ? v : nullptr;
+}
+int EnvInt(const char* name, int dflt) {
+  const char* v = Env(name);
+  return v ? static_cast<int>(std::strtol(v, nullptr, 10)) : dflt;
+}
+// Index of the environment value in `names` (also accepted: the index as a number), else dflt.
+int EnvChoice(const char* name, std::initializer_list<const char*> names, int dflt) {
+  const char* v = Env(name);
+  if (!v) return dflt;
+  int i = 0;
+  for (const char* n : names) {
+    if (std::strcmp(v, n) == 0) return i;
+    ++i;
+  }
+  return (*v >= '0' && *v <= '9') ? static_cast<int>(std::strtol(v, nullptr, 10)) : dflt;
+}
+
+}  // namespace
+
+Fp8Options CudaFp8Options() {
+  Fp8Options o;
+  if (const char* v = Env("PYQUANT_FP8_SM90_MIN_M")) o.sm90_min_m = std::strtoll(v, nullptr, 10);
+  o.gemv = EnvChoice("PYQUANT_FP8_GEMV", {"mma", "swap"}, 0);
+  o.sm90_variant = EnvChoice("PYQUANT_FP8_SM90_TILE", {"auto", "f128", "f256", "c2", "f256c2"}, 0);
+  o.sm90_promote = EnvInt("PYQUANT_FP8_SM90_PROMOTE", 0);
+  o.sm90_decomposition = EnvChoice("PYQUANT_FP8_SM90_DECOMP", {"heuristic", "streamk", "splitk", "dp"}, 0);
+  o.sm90_splits = EnvInt("PYQUANT_FP8_SM90_SPLITS", 0);
+  o.sm90_raster = EnvChoice("PYQUANT_FP8_SM90_RASTER", {"auto", "m", "n"}, 0);
+  o.sm90_swizzle = EnvInt("PYQUANT_FP8_SM90_SWIZZLE", 0);
+  o.sm90_nondeterministic = EnvChoice("PYQUANT_FP8_SM90_REDUCE", {"det", "nondet"}, 0);
+  return o;
 }
 
 namespace {
@@ -28,7 +63,7 @@ template <ONNXTensorElementDataType kType, typename T>
 class LinearFp8Cuda final : public Kernel {
  public:
   explicit LinearFp8Cuda(const OrtKernelInfo* info)
-      : attrs_(ReadLinearFp8Attrs(info)), force_ref_(CudaForceReferenceKernels()), sm90_min_m_(CudaFp8Sm90MinM()) {
+      : attrs_(ReadLinearFp8Attrs(info)), force_ref_(CudaForceReferenceKernels()), opt_(CudaFp8Options()) {
     CheckLinearFp8Constants(info, attrs_, kType);
   }
   void Compute(OrtKernelContext* ctx) override {
@@ -39,8 +74,8 @@ class LinearFp8Cuda final : public Kernel {
     // Scratch: quantized X and row scales, plus the Hopper GEMM's stream-K workspace when that
     // kernel serves this shape (sized here, outside any graph capture on the first run).
     Fp8Workspace ws =
-        Scratch(force_ref_ ? LinearFp8WorkspaceBytes(p) : LinearFp8WorkspaceBytesT<T>(p, sm90_min_m_), stream);
-    ThrowOnCudaError(force_ref_ ? LaunchLinearFp8Ref<T>(p, ws, stream) : LaunchLinearFp8<T>(p, ws, stream, sm90_min_m_),
+        Scratch(force_ref_ ? LinearFp8WorkspaceBytes(p) : LinearFp8WorkspaceBytesT<T>(p, opt_), stream);
+    ThrowOnCudaError(force_ref_ ? LaunchLinearFp8Ref<T>(p, ws, stream) : LaunchLinearFp8<T>(p, ws, stream, opt_),
                      "LinearFp8 kernel launch");
   }
  private:
@@ -53,7 +88,7 @@ class LinearFp8Cuda final : public Kernel {
 
   LinearFp8Attrs attrs_;
   bool force_ref_;
-  int64_t sm90_min_m_;
+  Fp8Options opt_;  // kernel choices, read from the environment at creation
   std::mutex mu_;
   DeviceScratch scratch_;
 };

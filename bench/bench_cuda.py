@@ -22,6 +22,9 @@ Methods (fp16 activations):
   torch_scaled_mm   torch._scaled_mm, e4m3 x e4m3 -> fp16, per-tensor scales, X already in fp8 (GEMM only)
   pyquant_fp8_portable  pyquant_fp8 with the Hopper GEMM off (PYQUANT_FP8_SM90_MIN_M huge): the
                     mma.sync kernels that serve GPUs other than sm_90 (not in the default list)
+  pyquant_fp8_<variant>  pyquant_fp8 under the environment switches of METHOD_ENV (swap, f128, f256,
+                    c2, f256c2, p8, p16, rm2, rn4, dp, sk, split2/4/8, nondet, sm90min<M>; see
+                    ort_ops/cuda/linear_fp8.h) (not in the default list)
   torch_scaled_mm_q torch per-token activation quantization (amax, scale, e4m3 cast: the same work
                     as pyquant_fp8) + torch._scaled_mm with row-wise scales (s_x [M, 1], s_w [1, N]),
                     bf16 out (what torch supports for row-wise scales) (not in the default list)
@@ -66,6 +69,20 @@ METHOD_ENV = {
     "pyquant_int4_portable": _NO_SM90,
     "pyquant_int4_sm90all": {"PYQUANT_INT4_SM90_MIN_M": "1"},
     "pyquant_fp8_portable": {"PYQUANT_FP8_SM90_MIN_M": str(1 << 40)},
+    # LinearFp8 variants (ort_ops/cuda/linear_fp8.h, Fp8Options): the swapped-operand M <= 8
+    # kernel, sm90 GEMM tiles (FastAccum 128x128 / 128x256, 2x1 clusters; fp16 output) and
+    # scheduler knobs; sm90min<M>: the GEMM from M on (the portable kernels below it).
+    "pyquant_fp8_swap": {"PYQUANT_FP8_GEMV": "swap"},
+    **{f"pyquant_fp8_{t}": {"PYQUANT_FP8_SM90_TILE": t} for t in ("f128", "f256", "c2", "f256c2")},
+    "pyquant_fp8_p8": {"PYQUANT_FP8_SM90_PROMOTE": "8"},
+    "pyquant_fp8_p16": {"PYQUANT_FP8_SM90_PROMOTE": "16"},
+    "pyquant_fp8_rm2": {"PYQUANT_FP8_SM90_RASTER": "m", "PYQUANT_FP8_SM90_SWIZZLE": "2"},
+    "pyquant_fp8_rn4": {"PYQUANT_FP8_SM90_RASTER": "n", "PYQUANT_FP8_SM90_SWIZZLE": "4"},
+    "pyquant_fp8_dp": {"PYQUANT_FP8_SM90_DECOMP": "dp"},
+    "pyquant_fp8_sk": {"PYQUANT_FP8_SM90_DECOMP": "streamk"},
+    **{f"pyquant_fp8_split{s}": {"PYQUANT_FP8_SM90_DECOMP": "splitk", "PYQUANT_FP8_SM90_SPLITS": str(s)} for s in (2, 4, 8)},
+    "pyquant_fp8_nondet": {"PYQUANT_FP8_SM90_REDUCE": "nondet"},
+    **{f"pyquant_fp8_sm90min{m}": {"PYQUANT_FP8_SM90_MIN_M": str(m)} for m in (33, 49, 65, 129)},
     **{f"pyquant_int4_v{i}": {"PYQUANT_INT4_GEMV_VARIANT": str(i)} for i in range(6)},
 }
 

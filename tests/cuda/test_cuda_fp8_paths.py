@@ -9,7 +9,13 @@ of pyquant.reference with docs/ops.md's error limit:
   M = 17, 64 (narrow tile), 65, 255, 256 (wide tile), 4097; N a multiple of 8 but not of 128;
   K = 16 * odd; static and dynamic activation scales; with and without bias; also forced down to
   M = 1 (PYQUANT_FP8_SM90_MIN_M=1) and compared with the portable kernels;
-* per-K-block weight scales (portable kernel at every M).
+* per-K-block weight scales (portable kernel at every M);
+* benchmark-selectable variants (environment variables read at kernel creation, docs in
+  ort_ops/cuda/linear_fp8.h): the swapped-operand M <= 8 kernel (PYQUANT_FP8_GEMV=swap; FP8
+  mma.sync on sm_89+, fp16 mma.sync before), the sm90 GEMM variants (PYQUANT_FP8_SM90_TILE:
+  FastAccum 128x128 / 128x256, 2x1 clusters) and scheduler knobs (split-K, data-parallel,
+  stream-K, raster order, swizzle, promotion interval, unordered reduction); the promoting
+  mainloop on one-signed data (the worst case for the tensor core's truncating accumulation).
 
 On a GPU other than compute capability 9.0, or a build without the sm90 kernels, the same cases
 run the portable kernels and must pass the same checks. Outputs are poisoned (NaN) before each
@@ -31,14 +37,17 @@ GEMV_M = [1, 2, 7, 8, 9, 15, 16]
 SM90_M = [17, 64, 65, 255, 256]
 
 
-def _fp8_session(model, min_m: int | None = None):
-    """Session whose LinearFp8 kernels read PYQUANT_FP8_SM90_MIN_M = min_m at creation."""
+def _fp8_session(model, min_m: int | None = None, env: dict | None = None):
+    """Session whose LinearFp8 kernels read PYQUANT_FP8_SM90_MIN_M = min_m (and `env`) at creation."""
+    env = dict(env or {})
     if min_m is not None:
-        os.environ["PYQUANT_FP8_SM90_MIN_M"] = str(min_m)
+        env["PYQUANT_FP8_SM90_MIN_M"] = str(min_m)
+    os.environ.update(env)
     try:
         return _session(model)
     finally:
-        os.environ.pop("PYQUANT_FP8_SM90_MIN_M", None)
+        for key in env:
+            os.environ.pop(key, None)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
@@ -126,4 +135,82 @@ def test_fp8_quantizer_specials(rng, dtype, m):
         assert np.isnan(y[1]).all()
         if x_scale is None:
             assert np.isnan(y[m - 1]).all()
+        assert_within_limit(y, y_ref, mag, dtype, op=FP8_OP)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("x_scale", [None, 0.02])
+@pytest.mark.parametrize("kn", [(4096, 200), (1008, 264), (16400, 40), (48, 24), (80, 8), (4112, 4104)])
+def test_fp8_gemv_swap(rng, dtype, x_scale, kn):
+    """PYQUANT_FP8_GEMV=swap, M <= 8: W rows in the MMA's m16 slot; N not a multiple of 16 (the
+    clamped channel rows), K = 16 * odd (a partial 64-wide chunk), fewer chunks than warps (K = 48);
+    M = 9..16 and per-block scales keep fp8_mma_kernel."""
+    k, n = kn
+    with_bias = bool(rng.integers(0, 2))
+    model, w8, ws, bias_t = _fp8_case(rng, k, n, 0, dtype, x_scale, with_bias)
+    sess = _fp8_session(model, env={"PYQUANT_FP8_GEMV": "swap"})
+    _check_fp8(sess, rng, [1, 2, 3, 5, 8, 9], k, n, dtype, w8, ws, 0, x_scale, bias_t)
+    if kn == (1008, 264):
+        model, w8, ws, bias_t = _fp8_case(rng, k, n, 128, dtype, x_scale, with_bias)
+        sess = _fp8_session(model, env={"PYQUANT_FP8_GEMV": "swap"})
+        _check_fp8(sess, rng, [1, 8], k, n, dtype, w8, ws, 128, x_scale, bias_t)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("tile", ["f128", "f256", "c2", "f256c2"])
+@pytest.mark.parametrize("kn", [(4096, 520), (1008, 264), (6160, 8)])
+def test_fp8_sm90_tile_variants(rng, dtype, tile, kn):
+    """PYQUANT_FP8_SM90_TILE variants (fp16 output; bf16 keeps the default tiles): partial tiles
+    in both extents, an odd number of channel tiles under a 2x1 cluster (N = 264: 3 tiles)."""
+    k, n = kn
+    model, w8, ws, bias_t = _fp8_case(rng, k, n, 0, dtype, None, True)
+    sess = _fp8_session(model, env={"PYQUANT_FP8_SM90_TILE": tile})
+    _check_fp8(sess, rng, [17, 64, 129, 300, 1030], k, n, dtype, w8, ws, 0, None, bias_t)
+
+
+KNOBS = [
+    {"PYQUANT_FP8_SM90_DECOMP": "splitk", "PYQUANT_FP8_SM90_SPLITS": "4"},
+    {"PYQUANT_FP8_SM90_DECOMP": "splitk", "PYQUANT_FP8_SM90_SPLITS": "3"},
+    {"PYQUANT_FP8_SM90_DECOMP": "dp"},
+    {"PYQUANT_FP8_SM90_DECOMP": "streamk"},
+    {"PYQUANT_FP8_SM90_RASTER": "m", "PYQUANT_FP8_SM90_SWIZZLE": "2"},
+    {"PYQUANT_FP8_SM90_RASTER": "n", "PYQUANT_FP8_SM90_SWIZZLE": "4"},
+    {"PYQUANT_FP8_SM90_PROMOTE": "8"},
+    {"PYQUANT_FP8_SM90_REDUCE": "nondet"},
+    {"PYQUANT_FP8_SM90_TILE": "f256", "PYQUANT_FP8_SM90_DECOMP": "splitk", "PYQUANT_FP8_SM90_SPLITS": "2"},
+]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("knobs", KNOBS, ids=lambda d: "-".join(f"{k.split('_')[-1]}={v}" for k, v in d.items()))
+def test_fp8_sm90_scheduler_knobs(rng, dtype, knobs):
+    """Runtime arguments of the same kernels: decomposition, splits, raster order, swizzle,
+    promotion interval, reduction order. K = 16 * odd so splits do not divide the k-blocks."""
+    k, n = 4112, 264
+    model, w8, ws, bias_t = _fp8_case(rng, k, n, 0, dtype, 0.02, True)
+    sess = _fp8_session(model, env=knobs)
+    _check_fp8(sess, rng, [17, 64, 256, 700], k, n, dtype, w8, ws, 0, 0.02, bias_t)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("env", [{}, {"PYQUANT_FP8_GEMV": "swap"}, {"PYQUANT_FP8_SM90_MIN_M": "1"}],
+                         ids=["default", "swap", "sm90all"])
+def test_fp8_one_signed_error(rng, dtype, env):
+    """All-positive X and W, K = 8192: the tensor core's truncation errors do not cancel, so this
+    is the worst case for reduced-precision accumulation (promoting mainloop every 4 MMAs;
+    the swap kernel's FP8 MMAs each start from zero). Must stay within the error limit."""
+    from pyquant import layout
+    from pyquant.ops_spec import FP8_OP
+    from pyquant.reference import assert_within_limit, linear_fp8_ref
+    from tests.ops.graphs import fp8_model
+
+    k, n = 8192, 256
+    w = np.abs(rng.standard_normal((n, k))).astype(np.float32) + 0.1
+    w8, ws = layout.quantize_weight_fp8(w, 0)
+    model = fp8_model(w8, ws, dtype=dtype, block_size=0, x_scale=None, bias=None)
+    sess = _fp8_session(model, env=env)
+    for m in [1, 8, 64, 512]:
+        x = _as_t(np.abs(rng.standard_normal((m, k))) + 0.1, dtype)
+        y = run_cuda(sess, x, n, dtype)
+        y_ref, mag = linear_fp8_ref(x, w8, ws, 0, None, None)
         assert_within_limit(y, y_ref, mag, dtype, op=FP8_OP)

@@ -403,10 +403,11 @@ def plot_results(results: Sequence[EvalResult], path: str | Path, title: str = "
             [x], [r.delta_pct], marker="D" if plan else "o", c="tab:red" if plan else "tab:blue", zorder=3
         )
         ax.annotate(
-            f"{r.scheme} ({r.delta_pct:+.2f} %)",
+            f"{_short(r.scheme)} ({r.delta_pct:+.2f} %)"
+            + (f", cos {r.extra['cosine_vs_float']:.4f}" if "cosine_vs_float" in r.extra else ""),
             (x, r.delta_pct),
             textcoords="offset points",
-            xytext=(6, -10 if plan else 4),
+            xytext=(6, -10 - 11 * sum("budget" in q.extra for q in rows[: rows.index(r)]) if plan else 4),
             fontsize=8,
         )
     for b in sorted({r.extra["budget"] for r in rows if "budget" in r.extra}):
@@ -432,6 +433,17 @@ def plot_results(results: Sequence[EvalResult], path: str | Path, title: str = "
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def _short(label: str) -> str:
+    # "plan:2026-11-22-cpu-plan-smollm2-fp8" -> "plan smollm2-fp8"
+    return "plan " + label.rsplit("plan-", 1)[-1] if label.startswith("plan:") else label
+
+
+def replot(json_path: str | Path, title: str = "") -> Path | None:
+    """Redraw ``<base>.png`` from a results JSON written by write_results."""
+    d = json.loads(Path(json_path).read_text())
+    return plot_results([EvalResult(**r) for r in d["results"]], Path(json_path).with_suffix(".png"), title)
 
 
 def git_commit() -> str | None:

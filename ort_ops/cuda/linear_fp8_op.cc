@@ -81,8 +81,7 @@ class LinearFp8Cuda final : public Kernel {
  private:
   Fp8Workspace Scratch(size_t bytes, cudaStream_t stream) {
     Fp8Workspace ws;
-    ws.data = scratch_.Get(bytes, stream, "LinearFp8");
-    ws.bytes = scratch_.capacity();
+    ws.data = scratch_.Get(bytes, stream, "LinearFp8", &ws.bytes);
     return ws;
   }
 

@@ -45,8 +45,7 @@ class MatMulInt4Cuda final : public Kernel {
     const size_t need = MatMulInt4WorkspaceBytes<T>(p, tiled_min_m_, sm90);
     Int4Workspace ws;
     if (need) {
-      ws.data = scratch_.Get(need, stream, "MatMulInt4");
-      ws.bytes = scratch_.capacity();
+      ws.data = scratch_.Get(need, stream, "MatMulInt4", &ws.bytes);
     }
     ThrowOnCudaError(LaunchMatMulInt4<T>(p, stream, tiled_min_m_, ws, sm90, gemv_variant_), "MatMulInt4 kernel launch");
   }

@@ -26,6 +26,7 @@
 #include <mutex>
 #include <type_traits>
 
+#include "cuda/device_info.h"
 #include "cuda/linear_fp8.h"
 #include "cuda/matmul_int4_impl.cuh"
 #if PYQUANT_WITH_SM90
@@ -524,23 +525,6 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_gemv_swap_kernel(const uint8_
 }
 
 namespace {
-
-// Compute capability 9.0 (the sm_90a code runs there only), asked once per device.
-bool CurrentDeviceIsSm90(int* device_out) {
-  static std::mutex mu;
-  static signed char cached[64] = {};  // 0 unknown, 1 yes, -1 no
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
-  *device_out = dev;
-  std::lock_guard<std::mutex> lock(mu);
-  if (cached[dev] == 0) {
-    int major = 0, minor = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    cached[dev] = (major == 9 && minor == 0) ? 1 : -1;
-  }
-  return cached[dev] > 0;
-}
 
 // Compute capability >= 8.9 (FP8 mma.sync), asked once per device.
 bool CurrentDeviceHasFp8Mma() {

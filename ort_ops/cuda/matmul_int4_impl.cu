@@ -35,6 +35,7 @@
 #include <mutex>
 #include <type_traits>
 
+#include "cuda/device_info.h"
 #include "cuda/matmul_int4.h"
 #include "cuda/matmul_int4_impl.cuh"
 #if PYQUANT_WITH_SM90
@@ -403,22 +404,6 @@ int Log2(int64_t v) {
 
 // Which fast kernel serves a problem, or none (-> reference kernel).
 enum class Int4Path { kRef, kSmallM8, kSmallM16, kSmallM32, kSmallM64, kTiled, kSm90 };
-
-// Compute capability 9.0 (the sm_90a code runs there only), asked once per device.
-bool CurrentDeviceIsSm90() {
-  static std::mutex mu;
-  static signed char cached[64] = {};  // 0 unknown, 1 yes, -1 no
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
-  std::lock_guard<std::mutex> lock(mu);
-  if (cached[dev] == 0) {
-    int major = 0, minor = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    cached[dev] = (major == 9 && minor == 0) ? 1 : -1;
-  }
-  return cached[dev] == 1;
-}
 
 #if PYQUANT_WITH_SM90
 template <typename T>

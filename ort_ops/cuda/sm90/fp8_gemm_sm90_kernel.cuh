@@ -17,6 +17,7 @@
 #include <mutex>
 #include <type_traits>
 
+#include "cuda/device_info.h"
 #include "cuda/sm90/fp8_gemm_sm90.h"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -34,15 +35,6 @@ namespace sm90 {
 namespace detail {
 
 using namespace cute;
-
-inline int SmCount(int device) {
-  static std::mutex mu;
-  static int cached[64] = {};
-  std::lock_guard<std::mutex> lock(mu);
-  if (device < 0 || device >= 64) return 0;
-  if (cached[device] == 0) cudaDeviceGetAttribute(&cached[device], cudaDevAttrMultiProcessorCount, device);
-  return cached[device];
-}
 
 template <typename Element, typename TileShape, typename ClusterShape = Shape<_1, _1, _1>,
           typename Schedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative>
@@ -97,7 +89,7 @@ struct Fp8Gemm {
 
     cutlass::KernelHardwareInfo hw;
     hw.device_id = a.device;
-    hw.sm_count = SmCount(a.device);
+    hw.sm_count = CudaSmCount(a.device);
 
     typename Gemm::Arguments args{
         cutlass::gemm::GemmUniversalMode::kGemm,

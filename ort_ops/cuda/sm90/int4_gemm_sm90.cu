@@ -24,6 +24,8 @@
 //           the 128-wide tile at M = 4096 (bench/results/2026-11-22-h100-bench-cuda-int4.md)
 #include "cuda/sm90/int4_gemm_sm90.h"
 
+#include "cuda/device_info.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -89,7 +91,7 @@ struct Int4Gemm {
 
     cutlass::KernelHardwareInfo hw;
     hw.device_id = a.device;
-    hw.sm_count = SmCount(a.device);
+    hw.sm_count = CudaSmCount(a.device);
 
     typename Gemm::Arguments args{
         cutlass::gemm::GemmUniversalMode::kGemm,
@@ -105,17 +107,6 @@ struct Int4Gemm {
     // bit-identical outputs run to run.
     args.scheduler.reduction_mode = cutlass::gemm::kernel::detail::ReductionMode::Deterministic;
     return args;
-  }
-
-  static int SmCount(int device) {
-    static std::mutex mu;
-    static int cached[64] = {};
-    std::lock_guard<std::mutex> lock(mu);
-    if (device < 0 || device >= 64) return 0;
-    if (cached[device] == 0) {
-      cudaDeviceGetAttribute(&cached[device], cudaDevAttrMultiProcessorCount, device);
-    }
-    return cached[device];
   }
 
   static size_t WorkspaceBytes(const Int4GemmArgs& a) { return Gemm::get_workspace_size(MakeArguments(a)); }

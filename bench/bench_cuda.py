@@ -73,6 +73,8 @@ METHOD_ENV = {
     # kernel, sm90 GEMM tiles (FastAccum 128x128 / 128x256, 2x1 clusters; fp16 output) and
     # scheduler knobs; sm90min<M>: the GEMM from M on (the portable kernels below it).
     "pyquant_fp8_swap": {"PYQUANT_FP8_GEMV": "swap"},
+    "pyquant_fp8_mma": {"PYQUANT_FP8_GEMV": "mma"},
+    **{f"pyquant_fp8_fused{i}": {"PYQUANT_FP8_GEMV": "fused" if i == 0 else f"fused{i}"} for i in range(4)},
     **{f"pyquant_fp8_{t}": {"PYQUANT_FP8_SM90_TILE": t} for t in ("f128", "f256", "c2", "f256c2")},
     "pyquant_fp8_p8": {"PYQUANT_FP8_SM90_PROMOTE": "8"},
     "pyquant_fp8_p16": {"PYQUANT_FP8_SM90_PROMOTE": "16"},
@@ -83,7 +85,7 @@ METHOD_ENV = {
     **{f"pyquant_fp8_split{s}": {"PYQUANT_FP8_SM90_DECOMP": "splitk", "PYQUANT_FP8_SM90_SPLITS": str(s)} for s in (2, 4, 8)},
     "pyquant_fp8_nondet": {"PYQUANT_FP8_SM90_REDUCE": "nondet"},
     **{f"pyquant_fp8_sm90min{m}": {"PYQUANT_FP8_SM90_MIN_M": str(m)} for m in (33, 49, 65, 129)},
-    **{f"pyquant_int4_v{i}": {"PYQUANT_INT4_GEMV_VARIANT": str(i)} for i in range(6)},
+    **{f"pyquant_int4_v{i}": {"PYQUANT_INT4_GEMV_VARIANT": str(i)} for i in range(10)},
 }
 
 

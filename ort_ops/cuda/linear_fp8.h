@@ -26,9 +26,12 @@ struct Fp8Options {
   // PYQUANT_FP8_SM90_MIN_M: smallest M for the Hopper GEMM (a huge value keeps the portable
   // kernels; 1 forces the GEMM down to M = 1).
   int64_t sm90_min_m = kFp8Sm90MinM;
-  // PYQUANT_FP8_GEMV: small-M kernel for M <= 8, per-channel or per-block scales.
-  //   0 "mma": fp8_mma_kernel (activations in the MMA's m16 slot, W in n8).
-  //   1 "swap": fp8_gemv_swap_kernel (W rows in the m16 slot, X^T in n8: half the MMAs).
+  // PYQUANT_FP8_GEMV: small-M kernel.
+  //   0 "auto": the fused GEMV (linear_fp8_gemv.h) for M <= 4 where it fits, else "mma".
+  //   1 "mma": fp8_mma_kernel (activations in the MMA's m16 slot, W in n8) for M <= 16.
+  //   2 "swap": fp8_gemv_swap_kernel (W rows in the m16 slot, X^T in n8: half the MMAs), M <= 8,
+  //     per-channel scales.
+  //   3..6 "fused", "fused1".."fused3": the fused GEMV's variants 0..3 (M <= 4; else "mma").
   int gemv = 0;
   // Hopper GEMM knobs (sm90::Fp8GemmTuning, fp8_gemm_sm90.h):
   //   PYQUANT_FP8_SM90_TILE     auto | f128 | f256 | c2 | f256c2  -> variant 0..4

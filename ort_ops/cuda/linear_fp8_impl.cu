@@ -28,6 +28,8 @@
 
 #include "cuda/device_info.h"
 #include "cuda/linear_fp8.h"
+#include "cuda/linear_fp8_gemv.h"
+#include "cuda/linear_fp8_impl.cuh"
 #include "cuda/matmul_int4_impl.cuh"
 #if PYQUANT_WITH_SM90
 #include "cuda/sm90/fp8_gemm_sm90.h"
@@ -37,18 +39,9 @@ namespace pyquant {
 
 using cuda_detail::LoadF;
 using cuda_detail::StoreT;
+using namespace fp8_detail;
 
 namespace {
-
-__device__ __forceinline__ float Fp8ToFloat(uint8_t v) {
-  __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(v), __NV_E4M3);
-  return __half2float(__half(h));
-}
-
-__device__ __forceinline__ float WarpMax(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
 size_t AlignUp(size_t v) { return (v + 255) & ~size_t{255}; }
 
@@ -90,65 +83,6 @@ __global__ void quantize_rows_fp8_kernel(const T* __restrict__ x, uint8_t* __res
   }
   if (threadIdx.x == 0) s_x[row] = row_s;
 }
-
-namespace {
-
-// 16 bytes of T -> kE floats (exact conversions).
-template <typename T>
-struct Vec16 {
-  static constexpr int kE = 16 / sizeof(T);
-};
-__device__ __forceinline__ void ToFloats(const uint4& v, float (&f)[4], const float*) {
-  f[0] = __uint_as_float(v.x), f[1] = __uint_as_float(v.y), f[2] = __uint_as_float(v.z), f[3] = __uint_as_float(v.w);
-}
-__device__ __forceinline__ void ToFloats(const uint4& v, float (&f)[8], const __half*) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 p = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-    f[2 * i] = p.x, f[2 * i + 1] = p.y;
-  }
-}
-__device__ __forceinline__ void ToFloats(const uint4& v, float (&f)[8], const __nv_bfloat16*) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    // bf16 -> float is a 16-bit shift: exact.
-    f[2 * i] = __uint_as_float(w[i] << 16), f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ float VecAbsMax(const uint4& v, float amax) {
-  float f[Vec16<T>::kE];
-  ToFloats(v, f, static_cast<const T*>(nullptr));
-#pragma unroll
-  for (int i = 0; i < Vec16<T>::kE; ++i) amax = fmaxf(amax, fabsf(f[i]));  // fmaxf ignores NaN
-  return amax;
-}
-
-// Two floats -> two e4m3 bytes (low byte = a): x * inv, RNE, saturating (NaN stays NaN); the
-// same cvt as __nv_cvt_float_to_fp8(.., __NV_SATFINITE, __NV_E4M3) of the scalar kernel.
-__device__ __forceinline__ uint32_t Quant2(float a, float b, float inv) {
-  return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(a * inv, b * inv), __NV_SATFINITE, __NV_E4M3));
-}
-
-// Quantizes one 16-byte vector of T and stores its kE bytes at dst (kE-byte aligned).
-template <typename T>
-__device__ __forceinline__ void QuantStore(const uint4& v, float inv, uint8_t* dst) {
-  float f[Vec16<T>::kE];
-  ToFloats(v, f, static_cast<const T*>(nullptr));
-  if constexpr (Vec16<T>::kE == 8) {
-    uint2 o;
-    o.x = Quant2(f[0], f[1], inv) | (Quant2(f[2], f[3], inv) << 16);
-    o.y = Quant2(f[4], f[5], inv) | (Quant2(f[6], f[7], inv) << 16);
-    *reinterpret_cast<uint2*>(dst) = o;
-  } else {
-    *reinterpret_cast<uint32_t*>(dst) = Quant2(f[0], f[1], inv) | (Quant2(f[2], f[3], inv) << 16);
-  }
-}
-
-}  // namespace
 
 // Vectorized activation quantizer. x [M, K] T with K * sizeof(T) % 16 == 0 and x 16-byte
 // aligned; xq [M, K] e4m3 bytes; s_x [M] float.
@@ -253,12 +187,6 @@ struct Fp8Geom {
   int bs_log2;       // log2(block_size) when per-block scales, else unused
   int n_scale_blocks;
 };
-
-// Two e4m3 bytes (low = lower k) -> fp16x2, exact.
-__device__ __forceinline__ uint32_t Fp8x2ToHalf2(uint32_t v16) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v16), __NV_E4M3);
-  return uint32_t(h.x) | (uint32_t(h.y) << 16);
-}
 
 __device__ __forceinline__ uint32_t Word4(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
@@ -643,6 +571,20 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
                                 const Fp8Options& opt) {
   if (p.m == 0) return cudaSuccess;
   if (p.m > 65535 || ws.bytes < LinearFp8WorkspaceBytes(p)) return cudaErrorInvalidConfiguration;
+  if constexpr (!std::is_same<T, float>::value) {
+    // Decode: quantization fused into the GEMV (no xq round trip, one launch), unless the Hopper
+    // GEMM was asked for at this M.
+    const bool fused_allowed = opt.gemv == 0 || opt.gemv >= 3;
+    int device = 0;
+    bool sm90 = false;
+#if PYQUANT_WITH_SM90
+    sm90 = Sm90Candidate<T>(p, opt, &device);
+#endif
+    (void)device;
+    if (!force_ref && fused_allowed && !sm90 && Fp8GemvFusedFits(p, sizeof(T))) {
+      return LaunchFp8GemvFused<T>(p, opt.gemv >= 3 ? opt.gemv - 3 : 0, stream);
+    }
+  }
   uint8_t* xq = static_cast<uint8_t*>(ws.data);
   float* s_x = reinterpret_cast<float*>(static_cast<char*>(ws.data) + XqBytes(p));
   LaunchQuantize<T>(p, xq, s_x, stream);
@@ -670,7 +612,7 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
     while (p.block_size && (int64_t{1} << g.bs_log2) < p.block_size) ++g.bs_log2;
     g.n_scale_blocks = static_cast<int>(p.n_scale_blocks);
     const bool block = p.block_size != 0;
-    if (opt.gemv == 1 && p.m <= 8 && !block) {
+    if (opt.gemv == 2 && p.m <= 8 && !block) {
       // Swapped operands: FP8 MMAs where the device has them, else fp16 MMAs after conversion.
       // 4 warps of 16 channels: the FP8 variant needs ~150 registers (24 x 16-byte loads in
       // flight per thread); capping it at 128 for 2 CTAs of 256 threads spilled.

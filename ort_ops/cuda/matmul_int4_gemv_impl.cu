@@ -1,16 +1,29 @@
-// MatMulInt4 decode GEMV (M <= 8) with the operands of the MMA swapped: the weights are the
-// m16 "A" operand (16 rows of N per MMA) and X^T the n8 "B" operand (the M <= 8 tokens), so one
-// mma.m16n8k16 consumes 256 weights instead of 128 in int4_smallm_kernel, where the tokens fill
-// the m16 slot (15 of 16 rows padding at M = 1). Same weight fragments and k order as there
-// (matmul_int4_impl.cu's header comment): thread (g = lane / 4, t = lane % 4) loads 16 bytes of
-// B row n0 + g and 16 bytes of row n0 + g + 8 per 128-wide K chunk; in MMA step s its A slots
-// {2t, 2t+1} hold k = kb + 4s + {0, 1} and {2t+8, 2t+9} hold kb + 4s + {2, 3}, and its B slots
-// (token g) the same k of X, i.e. X[g][kb + 4s .. kb + 4s + 3]: one 16-byte load of X row g per
-// two steps. Accumulator c0, c1 = (row n0 + g, tokens 2t, 2t + 1), c2, c3 = (row n0 + g + 8, same).
+// MatMulInt4 decode GEMV on CUDA cores (M <= 4): the M = 1..4 path of the CUDA EP.
 //
-// grid = ceil(N / 16) CTAs of kWarps warps; the warps split the K chunks (groups of U chunks,
-// interleaved), the next group's weights are loaded before the current group's MMAs, and the
-// partial tiles meet in shared memory.
+// Why CUDA cores: at M = 1 the mma.sync small-M kernel (int4_smallm_kernel) fills one of the 16
+// rows of every m16n8k16 MMA and shuffles X and the weights into fragment order; measured it
+// streams the weights at 31-41 % of the HBM floor on an H100 however many loads it keeps in
+// flight (bench/results/2026-11-22-h100-notes.md). Here a thread owns whole 16-byte pieces of B
+// rows (32 codes of one block), decodes them with the magic-number trick and multiplies with
+// packed half2 / bfloat162 FMAs: no fragment shuffles, no idle MMA rows, and each 16-byte
+// activation piece (L1-resident: every CTA of an SM reads the same X) serves kR weight rows.
+//
+// Decomposition: grid = ceil(N / kR) CTAs of kThreads threads. CTA i owns B rows (= Y columns)
+// n0 = i * kR .. n0 + kR - 1 for all kM tokens; thread t owns the 32-code pieces c = t,
+// t + kThreads, ... of those rows (piece c = k in [32c, 32c + 32), inside one block since
+// block_size >= 32). The next piece's weights are loaded before the current one is multiplied.
+// Partial sums meet through warp shuffles and then shared memory.
+//
+// Numerics (docs/ops.md error limit, atol(fp16) = 2e-3, atol(bf16) = 1.6e-2): each weight is
+// rounded once to T as w = (q - zp) * s (q - zp is exact in T); two products per 16-bit lane are
+// formed in T (one product rounding, one fma rounding) and then added in fp32. Worst case 3 T
+// roundings relative to sum |x w|: 1.5e-3 (fp16), 1.2e-2 (bf16). Scaling before the product keeps
+// every T intermediate at the magnitude of the true partial sums (no overflow that the fp32 result
+// would not have).
+//
+// Requirements (checked by the dispatch, matmul_int4_impl.cu): T = __half / __nv_bfloat16,
+// block_size >= 32, K % 32 == 0 (every piece is whole: padding codes are never read), X and B
+// 16-byte aligned, M <= 4.
 #include "cuda/matmul_int4.h"
 #include "cuda/matmul_int4_impl.cuh"
 
@@ -18,100 +31,235 @@ namespace pyquant {
 
 using namespace cuda_detail;
 
-//   x [M, K] T (M <= 8), b [N, row_bytes] codes, scales [N, nb] T, zp [N, zp_row_bytes] or nullptr,
-//   bias [N] T or nullptr, y [M, N] T.
-template <typename T, int kWarps, int U>
-__global__ void __launch_bounds__(32 * kWarps)
-    int4_gemv_swap_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
-                          const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int gr = lane >> 2, t = lane & 3;
-  const int n0 = blockIdx.x * 16;
-  const int row_a = n0 + gr, row_b = n0 + gr + 8;  // this thread's two B rows (outputs)
-  const bool x_valid = gr < g.m;                    // this thread's token (B column)
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+namespace {
 
-  const int iters = (g.n_chunks + U * kWarps - 1) / (U * kWarps);
-  auto load_group = [&](int it, WeightFrag<T>(&fa)[U], WeightFrag<T>(&fb)[U]) {
-    const int c0 = it * U * kWarps + warp;
-#pragma unroll
-    for (int uu = 0; uu < U; ++uu) {
-      const int c = c0 + uu * kWarps;
-      const int kb = c * 128 + 32 * t;
-      fa[uu] = LoadWeightFrag<T>(b, scales, zp, g, c < g.n_chunks ? row_a : g.n, kb);
-      fb[uu] = LoadWeightFrag<T>(b, scales, zp, g, c < g.n_chunks ? row_b : g.n, kb);
-    }
-  };
-  auto compute_group = [&](int it, const WeightFrag<T>(&fa)[U], const WeightFrag<T>(&fb)[U]) {
-    const int c0 = it * U * kWarps + warp;
-#pragma unroll
-    for (int uu = 0; uu < U; ++uu) {
-      const int c = c0 + uu * kWarps;
-      if (c >= g.n_chunks) break;  // warp-uniform
-      const int kb = c * 128 + 32 * t;
-      const int kv = g.k - kb;
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int kk = kb + 8 * u;
-        const uint4 xv = (x_valid && kk < g.k) ? LoadCached16(x + int64_t(gr) * g.k + kk) : make_uint4(0, 0, 0, 0);
-        uint32_t wa[4], wb[4];
-        DecodeWord<T>(fa[uu], u, kv, wa);
-        DecodeWord<T>(fb[uu], u, kv, wb);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {  // step s = 2u + h
-          Mma16816<T>(acc, wa[2 * h], wb[2 * h], wa[2 * h + 1], wb[2 * h + 1], Word(xv, 2 * h), Word(xv, 2 * h + 1));
-        }
-      }
-    }
-  };
-
-  WeightFrag<T> fa[U], fb[U];
-  load_group(0, fa, fb);
-  for (int it = 0; it < iters; ++it) {
-    WeightFrag<T> na[U], nb[U];
-    if (it + 1 < iters) load_group(it + 1, na, nb);  // in flight during this group's MMAs
-    compute_group(it, fa, fb);
-#pragma unroll
-    for (int uu = 0; uu < U; ++uu) {
-      fa[uu] = na[uu];
-      fb[uu] = nb[uu];
-    }
-  }
-
-  // Sum the warps' partial tiles; element e of lane: row n0 + gr + 8 * (e >> 1), token 2t + (e & 1).
-  __shared__ float red[kWarps][4][32];
-#pragma unroll
-  for (int e = 0; e < 4; ++e) red[warp][e][lane] = acc[e];
-  __syncthreads();
-  for (int e = warp; e < 4; e += kWarps) {
-    float v = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) v += red[w][e][lane];
-    const int n = n0 + gr + 8 * (e >> 1), m = 2 * t + (e & 1);
-    if (m < g.m && n < g.n) y[int64_t(m) * g.n + n] = StoreT<T>(bias ? v + LoadF(bias, n) : v);
-  }
-}
+// Weights of one 16-byte piece of one row: 32 codes, their block's scale and zero point.
+struct GemvPiece {
+  uint4 q;
+  uint32_t s2;  // scale in both halves (T2)
+  int zp;
+};
 
 template <typename T>
-void LaunchInt4GemvSwap(int variant, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias,
-                        T* y, const Int4Geom& g, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((g.n + 15) / 16));
-  switch (variant) {
-    case 1:
-      int4_gemv_swap_kernel<T, 2, 4><<<grid, 64, 0, stream>>>(x, b, s, zp, bias, y, g);
-      break;
-    case 2:
-      int4_gemv_swap_kernel<T, 8, 2><<<grid, 256, 0, stream>>>(x, b, s, zp, bias, y, g);
-      break;
-    default:
-      int4_gemv_swap_kernel<T, 4, 4><<<grid, 128, 0, stream>>>(x, b, s, zp, bias, y, g);
+__device__ __forceinline__ GemvPiece LoadGemvPiece(const uint8_t* __restrict__ b, const T* __restrict__ scales,
+                                                   const uint8_t* __restrict__ zp, const Int4Geom& g, int row,
+                                                   int piece) {
+  GemvPiece p;
+  const int blk = (piece * 32) >> g.bs_log2;
+  p.q = LoadStream16(b + int64_t(row) * g.row_bytes + piece * 16);
+  const T s = scales[int64_t(row) * g.nb + blk];
+  p.s2 = Pack2<T>(s, s);
+  p.zp = zp ? Int4ZeroPointAt(zp + int64_t(row) * g.zp_row_bytes, blk) : kInt4SymmetricZeroPoint;
+  return p;
+}
+
+__device__ __forceinline__ uint32_t Lop3AndOr(uint32_t a, uint32_t mask, uint32_t magic) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(mask), "r"(magic));
+  return r;
+}
+
+// Per-T arithmetic of the GEMV. Decoder(piece).Word(v, w): one 32-bit word of codes (8 weights)
+// -> 4 T pairs w[j]; XPairs(xv, xp): the 8 activations of the same k, paired the same way;
+// Dot8(w, xp): fp32 sum of the 8 products, two products per 16-bit lane in T.
+template <typename T>
+struct GemvMath;
+
+// fp16: codes are paired as (k_j, k_{j+4}) so that the weights need no byte permute:
+//   word v = codes k0..k7 (nibble i = k_i). lop3(v, 0x000F000F) -> (k0, k4) as 1024 + q;
+//   lop3(v, 0x00F000F0) -> (k1, k5) as 1024 + 16 q; the same on v >> 8 -> (k2, k6), (k3, k7).
+//   (1024 + q) - (1024 + zp) and (1024 + 16 q) / 16 - (64 + zp) are exact: 1 shift + 4 lop3 +
+//   4 sub/fma + 4 mul per 8 weights. X is permuted into the same pairs once per piece and
+//   reused by all kR rows (4 prmt per 8 activations).
+template <>
+struct GemvMath<__half> {
+  using T2 = __half2;
+  struct Decoder {
+    __half2 zb, nzb16, s;
+    Decoder() = default;
+    __device__ __forceinline__ explicit Decoder(const GemvPiece& p) {
+      zb = __float2half2_rn(1024.0f + float(p.zp));
+      nzb16 = __float2half2_rn(-64.0f - float(p.zp));
+      s = *reinterpret_cast<const __half2*>(&p.s2);
+    }
+    __device__ __forceinline__ void Word(uint32_t v, __half2 (&w)[4]) const {
+      const uint32_t v8 = v >> 8;
+      const uint32_t a = Lop3AndOr(v, 0x000F000Fu, 0x64006400u), b = Lop3AndOr(v, 0x00F000F0u, 0x64006400u);
+      const uint32_t c = Lop3AndOr(v8, 0x000F000Fu, 0x64006400u), d = Lop3AndOr(v8, 0x00F000F0u, 0x64006400u);
+      const __half2 sixteenth = __float2half2_rn(0.0625f);
+      w[0] = __hmul2(__hsub2(*reinterpret_cast<const __half2*>(&a), zb), s);
+      w[1] = __hmul2(__hfma2(*reinterpret_cast<const __half2*>(&b), sixteenth, nzb16), s);
+      w[2] = __hmul2(__hsub2(*reinterpret_cast<const __half2*>(&c), zb), s);
+      w[3] = __hmul2(__hfma2(*reinterpret_cast<const __half2*>(&d), sixteenth, nzb16), s);
+    }
+  };
+  __device__ __forceinline__ static void XPairs(const uint4& xv, __half2 (&xp)[4]) {
+    const uint32_t p0 = __byte_perm(xv.x, xv.z, 0x5410), p1 = __byte_perm(xv.x, xv.z, 0x7632);
+    const uint32_t p2 = __byte_perm(xv.y, xv.w, 0x5410), p3 = __byte_perm(xv.y, xv.w, 0x7632);
+    xp[0] = *reinterpret_cast<const __half2*>(&p0);  // (x0, x4)
+    xp[1] = *reinterpret_cast<const __half2*>(&p1);  // (x1, x5)
+    xp[2] = *reinterpret_cast<const __half2*>(&p2);  // (x2, x6)
+    xp[3] = *reinterpret_cast<const __half2*>(&p3);  // (x3, x7)
+  }
+  __device__ __forceinline__ static float Dot8(const __half2 (&w)[4], const __half2 (&xp)[4]) {
+    const float2 a = __half22float2(__hfma2(w[0], xp[0], __hmul2(w[1], xp[1])));
+    const float2 b = __half22float2(__hfma2(w[2], xp[2], __hmul2(w[3], xp[3])));
+    return (a.x + a.y) + (b.x + b.y);
+  }
+};
+
+// bf16: 128 + 16 q does not fit bf16's 7-bit mantissa, so the natural pairs (k_2j, k_2j+1) of
+// DequantWord (prmt + lop3 + sub + mul per pair) and X as loaded.
+template <>
+struct GemvMath<__nv_bfloat16> {
+  using T2 = __nv_bfloat162;
+  struct Decoder {
+    uint32_t zb2, s2;
+    Decoder() = default;
+    __device__ __forceinline__ explicit Decoder(const GemvPiece& p)
+        : zb2(ZeroBias2<__nv_bfloat16>(p.zp)), s2(p.s2) {}
+    __device__ __forceinline__ void Word(uint32_t v, __nv_bfloat162 (&w)[4]) const {
+      uint32_t o[4];
+      DequantWord<__nv_bfloat16>(v, zb2, s2, o);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) w[j] = *reinterpret_cast<const __nv_bfloat162*>(&o[j]);
+    }
+  };
+  __device__ __forceinline__ static void XPairs(const uint4& xv, __nv_bfloat162 (&xp)[4]) {
+    xp[0] = *reinterpret_cast<const __nv_bfloat162*>(&xv.x);
+    xp[1] = *reinterpret_cast<const __nv_bfloat162*>(&xv.y);
+    xp[2] = *reinterpret_cast<const __nv_bfloat162*>(&xv.z);
+    xp[3] = *reinterpret_cast<const __nv_bfloat162*>(&xv.w);
+  }
+  __device__ __forceinline__ static float Dot8(const __nv_bfloat162 (&w)[4], const __nv_bfloat162 (&xp)[4]) {
+    const float2 a = __bfloat1622float2(__hfma2(w[0], xp[0], __hmul2(w[1], xp[1])));
+    const float2 b = __bfloat1622float2(__hfma2(w[2], xp[2], __hmul2(w[3], xp[3])));
+    return (a.x + a.y) + (b.x + b.y);
+  }
+};
+
+}  // namespace
+
+//   x [M, K] T (M = kM), b [N, row_bytes] codes, scales [N, nb] T, zp [N, zp_row_bytes] or
+//   nullptr, bias [N] T or nullptr, y [M, N] T. grid.x = ceil(N / kR), block = kThreads.
+template <typename T, int kM, int kR, int kThreads>
+__global__ void __launch_bounds__(kThreads)
+    int4_gemv_cc_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
+                        const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g) {
+  using Math = GemvMath<T>;
+  using T2 = typename Math::T2;
+  const int n0 = blockIdx.x * kR;
+  const int pieces = g.k >> 5;  // K % 32 == 0
+  int rows[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) rows[r] = min(n0 + r, g.n - 1);  // rows past N recompute row N-1, never stored
+
+  float acc[kM][kR];
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int r = 0; r < kR; ++r) acc[m][r] = 0.0f;
+
+  // Loads are unconditional (a clamped piece index past the end re-reads the last piece), so the
+  // compiler can issue the next piece's kR loads ahead of this piece's arithmetic.
+  GemvPiece cur[kR];
+  int c = threadIdx.x;
+#pragma unroll
+  for (int r = 0; r < kR; ++r) cur[r] = LoadGemvPiece<T>(b, scales, zp, g, rows[r], min(c, pieces - 1));
+  for (; c < pieces; c += kThreads) {
+    GemvPiece nxt[kR];
+    const int cn = min(c + kThreads, pieces - 1);
+#pragma unroll
+    for (int r = 0; r < kR; ++r) nxt[r] = LoadGemvPiece<T>(b, scales, zp, g, rows[r], cn);
+
+    typename Math::Decoder dec[kR];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) dec[r] = typename Math::Decoder(cur[r]);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {  // code word u of the piece: k = 32c + 8u .. + 7
+      T2 xp[kM][4];
+#pragma unroll
+      for (int m = 0; m < kM; ++m) Math::XPairs(LoadCached16(x + int64_t(m) * g.k + 32 * c + 8 * u), xp[m]);
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        T2 w[4];
+        dec[r].Word(Word(cur[r].q, u), w);
+#pragma unroll
+        for (int m = 0; m < kM; ++m) acc[m][r] += Math::Dot8(w, xp[m]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kR; ++r) cur[r] = nxt[r];
+  }
+
+  // Reduce: lanes of a warp by shuffles, then warps through shared memory.
+  constexpr int kWarps = kThreads / 32;
+  __shared__ float red[kWarps][kM * kR];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      float v = acc[m][r];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0) red[warp][m * kR + r] = v;
+    }
+  __syncthreads();
+  if (threadIdx.x < kM * kR) {
+    const int m = threadIdx.x / kR, r = threadIdx.x % kR, n = n0 + r;
+    float v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) v += red[w][threadIdx.x];
+    if (n < g.n) y[int64_t(m) * g.n + n] = StoreT<T>(bias ? v + LoadF(bias, n) : v);
   }
 }
 
-template void LaunchInt4GemvSwap<__half>(int, const __half*, const uint8_t*, const __half*, const uint8_t*,
-                                         const __half*, __half*, const Int4Geom&, cudaStream_t);
-template void LaunchInt4GemvSwap<__nv_bfloat16>(int, const __nv_bfloat16*, const uint8_t*, const __nv_bfloat16*,
-                                                const uint8_t*, const __nv_bfloat16*, __nv_bfloat16*, const Int4Geom&,
-                                                cudaStream_t);
+namespace {
+
+template <typename T, int kR, int kThreads>
+void LaunchCc(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y, const Int4Geom& g,
+              cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((g.n + kR - 1) / kR));
+  switch (g.m) {
+    case 1:
+      int4_gemv_cc_kernel<T, 1, kR, kThreads><<<grid, kThreads, 0, stream>>>(x, b, s, zp, bias, y, g);
+      break;
+    case 2:
+      int4_gemv_cc_kernel<T, 2, kR, kThreads><<<grid, kThreads, 0, stream>>>(x, b, s, zp, bias, y, g);
+      break;
+    case 3:
+      int4_gemv_cc_kernel<T, 3, kR, kThreads><<<grid, kThreads, 0, stream>>>(x, b, s, zp, bias, y, g);
+      break;
+    default:
+      int4_gemv_cc_kernel<T, 4, kR, kThreads><<<grid, kThreads, 0, stream>>>(x, b, s, zp, bias, y, g);
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void LaunchInt4GemvCc(int variant, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
+                      const Int4Geom& g, cudaStream_t stream) {
+  switch (variant) {
+    case 1:
+      LaunchCc<T, 2, 128>(x, b, s, zp, bias, y, g, stream);
+      break;
+    case 2:
+      LaunchCc<T, 8, 128>(x, b, s, zp, bias, y, g, stream);
+      break;
+    case 3:
+      LaunchCc<T, 4, 256>(x, b, s, zp, bias, y, g, stream);
+      break;
+    default:
+      LaunchCc<T, 4, 128>(x, b, s, zp, bias, y, g, stream);
+  }
+}
+
+template void LaunchInt4GemvCc<__half>(int, const __half*, const uint8_t*, const __half*, const uint8_t*,
+                                       const __half*, __half*, const Int4Geom&, cudaStream_t);
+template void LaunchInt4GemvCc<__nv_bfloat16>(int, const __nv_bfloat16*, const uint8_t*, const __nv_bfloat16*,
+                                              const uint8_t*, const __nv_bfloat16*, __nv_bfloat16*, const Int4Geom&,
+                                              cudaStream_t);
 
 }  // namespace pyquant

@@ -327,23 +327,30 @@ __global__ void int4_split_finalize_kernel(const float* __restrict__ ws, const T
 }
 
 // ---------------------------------------------------------------------------------------------
-// M <= 8 (decode): which (warps per CTA, chunks per group, prefetch) the small-M kernel runs
-// with. PYQUANT_INT4_GEMV_VARIANT=<index> (read at kernel creation) pins one for benchmarks;
-// else GemvVariantFor chooses.
-//   0: 4 warps, U = 8, no prefetch (the first version)
-//   1: 4 warps, U = 4, prefetch          2: 2 warps, U = 4, prefetch
-//   3: 8 warps, U = 2, prefetch          4: 1 warp,  U = 4, prefetch
-//   5: 2 warps, U = 2, prefetch, >= 8 CTAs per SM (register cap)
-//   6, 7, 8: the swapped-operand GEMV (matmul_int4_gemv_impl.cu) variants 0, 1, 2
+// M <= 8 (decode): which kernel and variant serves it. PYQUANT_INT4_GEMV_VARIANT=<index> (read
+// at kernel creation) pins one for benchmarks; else GemvVariantFor chooses.
+//   0..5: int4_smallm_kernel (mma.sync) with (warps per CTA, chunks per group, prefetch):
+//     0: 4 warps, U = 8, no prefetch (the first version)
+//     1: 4 warps, U = 4, prefetch          2: 2 warps, U = 4, prefetch
+//     3: 8 warps, U = 2, prefetch          4: 1 warp,  U = 4, prefetch
+//     5: 2 warps, U = 2, prefetch, >= 8 CTAs per SM (register cap)
+//   6..9: the CUDA-core GEMV (matmul_int4_gemv_impl.cu) variants 0..3, for M <= 4 and K % 32 == 0
+//     (a pinned 6..9 on another problem falls back to the default choice)
 // ---------------------------------------------------------------------------------------------
 namespace {
-constexpr int kGemvVariants = 9;
+constexpr int kSmallMVariants = 6;
+constexpr int kGemvVariants = kSmallMVariants + kInt4GemvCcVariants;
 
-// Default 1 (4 warps, U = 4, prefetch): best or within 5 % of the best variant on every shape of
-// bench/results/2026-11-22-h100-bench-int4-gemv-variants*.md (M = 1..8); 5-12 % faster than 0.
+bool GemvCcFits(const MatMulInt4Problem& p) { return p.m <= kInt4GemvCcMaxM && p.attrs.k % 32 == 0; }
+
+// Default: the CUDA-core GEMV where it fits, else small-M variant 1 (4 warps, U = 4, prefetch:
+// best or within 5 % of the best mma.sync variant on every shape of
+// bench/results/2026-11-22-h100-bench-int4-gemv-variants*.md, M = 1..8).
 int GemvVariantFor(const MatMulInt4Problem& p, int requested) {
-  if (requested >= 0 && requested < kGemvVariants) return requested;
-  return 1;
+  const bool cc_ok = GemvCcFits(p);
+  if (requested >= 0 && requested < kSmallMVariants) return requested;
+  if (requested >= kSmallMVariants && requested < kGemvVariants && cc_ok) return requested;
+  return cc_ok ? kSmallMVariants : 1;
 }
 
 template <typename T>
@@ -365,13 +372,13 @@ void LaunchGemvVariant(int v, dim3 grid, const T* x, const uint8_t* b, const T* 
     case 5:
       int4_smallm_kernel<T, 1, 2, 2, false, true, 8><<<grid, 64, 0, stream>>>(x, b, s, zp, bias, y, g);
       break;
-    case 6:
-    case 7:
-    case 8:
-      if constexpr (!std::is_same<T, float>::value) LaunchInt4GemvSwap<T>(v - 6, x, b, s, zp, bias, y, g, stream);
+    case 0:
+      int4_smallm_kernel<T, 1, 4, 8, false, false, 1><<<grid, 128, 0, stream>>>(x, b, s, zp, bias, y, g);
       break;
     default:
-      int4_smallm_kernel<T, 1, 4, 8, false, false, 1><<<grid, 128, 0, stream>>>(x, b, s, zp, bias, y, g);
+      if constexpr (!std::is_same<T, float>::value) {
+        LaunchInt4GemvCc<T>(v - kSmallMVariants, x, b, s, zp, bias, y, g, stream);
+      }
   }
 }
 }  // namespace

@@ -246,10 +246,13 @@ __device__ __forceinline__ void StorePair(T* __restrict__ y, const T* __restrict
 
 }  // namespace cuda_detail
 
-// The swapped-operand decode GEMV of matmul_int4_gemv_impl.cu (M <= 8, T = __half / __nv_bfloat16);
-// variant 0: 4 warps x 4 chunks per group, 1: 2 x 4, 2: 8 x 2.
+// The CUDA-core decode GEMV of matmul_int4_gemv_impl.cu (M <= 4, K % 32 == 0, block_size >= 32,
+// T = __half / __nv_bfloat16, 16-byte aligned X and B); variant = (rows per CTA, threads):
+// 0: (4, 128), 1: (2, 128), 2: (8, 128), 3: (4, 256).
+constexpr int kInt4GemvCcVariants = 4;
+constexpr int kInt4GemvCcMaxM = 4;
 template <typename T>
-void LaunchInt4GemvSwap(int variant, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias,
-                        T* y, const cuda_detail::Int4Geom& g, cudaStream_t stream);
+void LaunchInt4GemvCc(int variant, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
+                      const cuda_detail::Int4Geom& g, cudaStream_t stream);
 
 }  // namespace pyquant

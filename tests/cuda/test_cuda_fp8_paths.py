@@ -4,7 +4,11 @@ of pyquant.reference with docs/ops.md's error limit:
 * activation quantizers: the 512-thread-per-row kernel (M <= 16), the warp-per-row kernel (M > 16),
   rows held in registers (K <= 4096 for fp16) or read twice (longer K), and the scalar kernel for
   rows that are not 16-byte multiples (K = 100 with fp16 -> 200 bytes);
-* the small-M mma.sync kernel: M <= 8 (kLow8 variant) and 9..16;
+* the fused decode GEMV (linear_fp8_gemv_impl.cu: quantization inside the GEMV, CUDA cores) for
+  M <= 4 (the default there) and its variants (PYQUANT_FP8_GEMV=fused..fused3), every weight-scale
+  layout (per channel, per-K-block 16 / 128), static and dynamic activation scales;
+* the small-M mma.sync kernel: M <= 8 (kLow8 variant) and 9..16 (PYQUANT_FP8_GEMV=mma pins it for
+  M <= 4 too);
 * the Hopper CUTLASS FP8 GEMM (sm90/fp8_gemm_sm90.cu) for M > 16, per-channel scales, fp16 / bf16:
   M = 17, 64 (narrow tile), 65, 255, 256 (wide tile), 4097; N a multiple of 8 but not of 128;
   K = 16 * odd; static and dynamic activation scales; with and without bias; also forced down to
@@ -55,14 +59,31 @@ def _fp8_session(model, min_m: int | None = None, env: dict | None = None):
 @pytest.mark.parametrize("x_scale", [None, 0.02])
 @pytest.mark.parametrize("kn", [(4096, 200), (1008, 264), (16400, 40), (100, 24)])
 def test_fp8_gemv_paths(rng, dtype, block_size, x_scale, kn):
-    """M <= 16: the small-M kernel (both variants) after the 512-thread quantizer; K = 16400 needs
-    more than 4 vectors per thread (the two-pass branch, every dtype); K = 100: the
+    """M <= 16: the fused GEMV (M <= 4), the small-M kernel (both variants) after the 512-thread
+    quantizer; K = 16400 needs more than 4 vectors per thread (the two-pass branch, every dtype); K = 100: the
     scalar quantizer and the reference GEMM."""
     k, n = kn
     with_bias = bool(rng.integers(0, 2))
     model, w8, ws, bias_t = _fp8_case(rng, k, n, block_size, dtype, x_scale, with_bias)
     sess = _fp8_session(model)
     _check_fp8(sess, rng, GEMV_M, k, n, dtype, w8, ws, block_size, x_scale, bias_t)
+
+
+@pytest.mark.parametrize("gemv", ["mma", "fused", "fused1", "fused2", "fused3"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("block_size", [0, 16, 128])
+@pytest.mark.parametrize("x_scale", [None, 0.02])
+@pytest.mark.parametrize("kn", [(4096, 200), (1008, 37), (16400, 40), (48, 3)])
+def test_fp8_gemv_fused(rng, gemv, dtype, block_size, x_scale, kn):
+    """M = 1..5 under each pinned small-M choice: the fused GEMV's variants (rows per CTA 2 / 4 /
+    8, 128 / 256 threads) with N not a multiple of the rows per CTA (clamped rows), K = 16 * odd,
+    fewer 16-byte pieces than threads (K = 48), per-K-block scales of 16 (one piece per block,
+    which the mma.sync kernel cannot take: reference kernel there); M = 5 leaves the fused GEMV."""
+    k, n = kn
+    with_bias = bool(rng.integers(0, 2))
+    model, w8, ws, bias_t = _fp8_case(rng, k, n, block_size, dtype, x_scale, with_bias)
+    sess = _fp8_session(model, env={"PYQUANT_FP8_GEMV": gemv})
+    _check_fp8(sess, rng, [1, 2, 3, 4, 5], k, n, dtype, w8, ws, block_size, x_scale, bias_t)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

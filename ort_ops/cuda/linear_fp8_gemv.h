@@ -1,0 +1,23 @@
+// LinearFp8 fused decode GEMV (linear_fp8_gemv_impl.cu): activation quantization + GEMV in one
+// kernel for M <= kFp8GemvMaxM, fp16 / bf16, K % 16 == 0, any weight-scale layout.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "ops/linear_fp8.h"
+
+namespace pyquant {
+
+constexpr int64_t kFp8GemvMaxM = 4;
+// Variants (rows per CTA, threads per CTA): 0: (4, 128), 1: (2, 128), 2: (8, 128), 3: (4, 256).
+constexpr int kFp8GemvFusedVariants = 4;
+
+// Shape / type / alignment check (elem_bytes = sizeof(T)); pointers of p must be set.
+bool Fp8GemvFusedFits(const LinearFp8Problem& p, size_t elem_bytes);
+// p.x, p.w, p.w_scale, p.bias, p.y device pointers; p.x_scale host value. T = __half / __nv_bfloat16.
+template <typename T>
+cudaError_t LaunchFp8GemvFused(const LinearFp8Problem& p, int variant, cudaStream_t stream);
+
+}  // namespace pyquant

@@ -1,0 +1,249 @@
+// LinearFp8 decode GEMV with the activation quantization fused in (M <= 4): one kernel instead of
+// quantizer + GEMV.
+//
+// Why: at M = 1 a layer streams W once in a few microseconds (4096 x 4096: 16.8 MB, ~5.6 us at
+// 3 TB/s), and the separate one-CTA-per-row quantizer plus its launch cost a large fraction of
+// that (measured 50 % of the floor on 4096 x 4096 vs 73 % on 4096 x 14336,
+// bench/results/2026-11-22-h100-notes.md). Here every CTA computes the row amax of X itself (X is
+// a few KB, L1/L2-resident: every CTA of an SM reads the same rows) while its first weight loads
+// are in flight, then quantizes X on the fly with the same float32 arithmetic as the quantizer
+// kernels (docs/ops.md, DynamicFp8RowScale), so the sums are the same as the unfused path's up
+// to the fp32 summation order.
+//
+// Decomposition: grid = ceil(N / kR) CTAs of kThreads threads; CTA i owns W rows
+// n0 = i * kR .. n0 + kR - 1 for all kM tokens; thread t owns the 16-byte pieces c = t,
+// t + kThreads, ... (16 k each) of those rows. The next piece's weights are loaded before the
+// current one is multiplied; partial sums meet through warp shuffles and shared memory.
+// Arithmetic: e4m3 -> fp16x2 (cvt, exact) -> float2, products of two e4m3 values are exact in
+// fp32 and summed in fp32 (CUDA cores: at 1 byte per weight the FMA rate needs ~25 % of the
+// issue slots at the HBM rate). Per-block weight scales (block_size >= 16, a power of two: a
+// piece lies in one block) scale each piece's partial sum, per-channel scales the total.
+//
+// Requirements (checked by the dispatch): T = __half / __nv_bfloat16, K % 16 == 0, X and W
+// 16-byte aligned, M <= kFp8GemvMaxM.
+#include "cuda/linear_fp8_gemv.h"
+#include "cuda/linear_fp8_impl.cuh"
+
+namespace pyquant {
+
+using namespace cuda_detail;
+using namespace fp8_detail;
+
+namespace {
+
+// 16 e4m3 bytes -> 16 floats (exact).
+__device__ __forceinline__ void Fp8x16ToFloats(const uint4& v, float (&f)[16]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t hh = Fp8x2ToHalf2(h == 0 ? (w[i] & 0xFFFFu) : (w[i] >> 16));
+      const float2 p = __half22float2(*reinterpret_cast<const __half2*>(&hh));
+      f[4 * i + 2 * h] = p.x, f[4 * i + 2 * h + 1] = p.y;
+    }
+  }
+}
+
+// 16 activations (two 16-byte vectors of T) -> their e4m3 values as floats: x * inv, saturating
+// RNE cast (Quant2, as the quantizer kernels), back to float (exact).
+template <typename T>
+__device__ __forceinline__ void QuantX16(const uint4& a, const uint4& b, float inv, float (&q)[16]) {
+  float f[16];
+  float fa[8], fb[8];
+  ToFloats(a, fa, static_cast<const T*>(nullptr));
+  ToFloats(b, fb, static_cast<const T*>(nullptr));
+#pragma unroll
+  for (int i = 0; i < 8; ++i) f[i] = fa[i], f[8 + i] = fb[i];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t hh = Fp8x2ToHalf2(Quant2(f[2 * i], f[2 * i + 1], inv));
+    const float2 p = __half22float2(*reinterpret_cast<const __half2*>(&hh));
+    q[2 * i] = p.x, q[2 * i + 1] = p.y;
+  }
+}
+
+}  // namespace
+
+//   x [M, K] T (M = kM), static_scale / x_scale: the static activation scale (else dynamic per
+//   row), w [N, K] e4m3, w_scale [N, nsb] float (nsb = 1 per channel, else ceil(K / 2^bs_log2)),
+//   bias [N] T or nullptr, y [M, N] T. grid.x = ceil(N / kR), block = kThreads.
+template <typename T, int kM, int kR, int kThreads, bool kBlockScale>
+__global__ void __launch_bounds__(kThreads)
+    fp8_gemv_fused_kernel(const T* __restrict__ x, int static_scale, float x_scale, const uint8_t* __restrict__ w,
+                          const float* __restrict__ w_scale, const T* __restrict__ bias, T* __restrict__ y, int n,
+                          int k, int bs_log2, int nsb) {
+  constexpr int kWarps = kThreads / 32;
+  const int n0 = blockIdx.x * kR;
+  const int pieces = k >> 4;  // K % 16 == 0
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int rows[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) rows[r] = min(n0 + r, n - 1);  // rows past N recompute row N-1, never stored
+
+  // First weights in flight before the amax pass (clamped: unconditional loads).
+  uint4 cur[kR];
+  int c = threadIdx.x;
+#pragma unroll
+  for (int r = 0; r < kR; ++r) cur[r] = LoadStream16(w + int64_t(rows[r]) * k + 16 * min(c, pieces - 1));
+
+  // Row scales: amax over the whole row (NaN ignored by fmaxf), then the rule of the quantizers.
+  __shared__ float red_max[kM][kWarps];
+  __shared__ float inv_s[kM], row_s[kM];
+  if (static_scale) {
+    if (threadIdx.x < kM) inv_s[threadIdx.x] = 1.0f / x_scale, row_s[threadIdx.x] = x_scale;
+  } else {
+    const int vecs = k / (16 / int(sizeof(T)));
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      float amax = 0.0f;
+      for (int i = threadIdx.x; i < vecs; i += kThreads) amax = VecAbsMax<T>(LoadCached16(x + int64_t(m) * k + 8 * i), amax);
+      amax = WarpMax(amax);
+      if (lane == 0) red_max[m][warp] = amax;
+    }
+    __syncthreads();
+    if (threadIdx.x < kM) {
+      float v = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kWarps; ++i) v = fmaxf(v, red_max[threadIdx.x][i]);
+      // DynamicFp8RowScale (ops/linear_fp8.h), the same float32 operations.
+      inv_s[threadIdx.x] = v == 0.0f ? 1.0f : kFp8E4M3Max / v;
+      row_s[threadIdx.x] = v == 0.0f ? 1.0f : v / kFp8E4M3Max;
+    }
+  }
+  __syncthreads();
+  float inv[kM];
+#pragma unroll
+  for (int m = 0; m < kM; ++m) inv[m] = inv_s[m];
+
+  float acc[kM][kR];
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int r = 0; r < kR; ++r) acc[m][r] = 0.0f;
+
+  for (; c < pieces; c += kThreads) {
+    uint4 nxt[kR];
+    const int cn = min(c + kThreads, pieces - 1);
+#pragma unroll
+    for (int r = 0; r < kR; ++r) nxt[r] = LoadStream16(w + int64_t(rows[r]) * k + 16 * cn);
+    float xq[kM][16];
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      const T* xp = x + int64_t(m) * k + 16 * c;
+      QuantX16<T>(LoadCached16(xp), LoadCached16(xp + 8), inv[m], xq[m]);
+    }
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      float wf[16];
+      Fp8x16ToFloats(cur[r], wf);
+      const float bscale = kBlockScale ? w_scale[int64_t(rows[r]) * nsb + ((16 * c) >> bs_log2)] : 1.0f;
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        float part = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) part = fmaf(xq[m][i], wf[i], part);
+        acc[m][r] = kBlockScale ? fmaf(part, bscale, acc[m][r]) : acc[m][r] + part;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kR; ++r) cur[r] = nxt[r];
+  }
+
+  __shared__ float red[kWarps][kM * kR];
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      float v = acc[m][r];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0) red[warp][m * kR + r] = v;
+    }
+  __syncthreads();
+  if (threadIdx.x < kM * kR) {
+    const int m = threadIdx.x / kR, r = threadIdx.x % kR, col = n0 + r;
+    float v = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kWarps; ++i) v += red[i][threadIdx.x];
+    if (col < n) {
+      // As linear_fp8_ref_kernel: (sum * w_scale) * s_x + bias.
+      if (!kBlockScale) v *= w_scale[col];
+      v *= row_s[m];
+      if (bias) v += LoadF(bias, col);
+      y[int64_t(m) * n + col] = StoreT<T>(v);
+    }
+  }
+}
+
+namespace {
+
+template <typename T, int kR, int kThreads, bool kBlock>
+void LaunchFused(const LinearFp8Problem& p, int bs_log2, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((p.n + kR - 1) / kR));
+  const T* x = static_cast<const T*>(p.x);
+  const T* bias = static_cast<const T*>(p.bias);
+  T* y = static_cast<T*>(p.y);
+  const int st = p.static_scale ? 1 : 0, n = static_cast<int>(p.n), k = static_cast<int>(p.k);
+  const int nsb = static_cast<int>(p.n_scale_blocks);
+#define PYQUANT_FUSED(M)                                                                                    \
+  fp8_gemv_fused_kernel<T, M, kR, kThreads, kBlock><<<grid, kThreads, 0, stream>>>(x, st, p.x_scale, p.w, \
+                                                                                   p.w_scale, bias, y, n, k, \
+                                                                                   bs_log2, nsb)
+  switch (p.m) {
+    case 1:
+      PYQUANT_FUSED(1);
+      break;
+    case 2:
+      PYQUANT_FUSED(2);
+      break;
+    case 3:
+      PYQUANT_FUSED(3);
+      break;
+    default:
+      PYQUANT_FUSED(4);
+  }
+#undef PYQUANT_FUSED
+}
+
+template <typename T, int kR, int kThreads>
+void LaunchFusedScales(const LinearFp8Problem& p, int bs_log2, cudaStream_t stream) {
+  if (p.block_size != 0) {
+    LaunchFused<T, kR, kThreads, true>(p, bs_log2, stream);
+  } else {
+    LaunchFused<T, kR, kThreads, false>(p, bs_log2, stream);
+  }
+}
+
+}  // namespace
+
+bool Fp8GemvFusedFits(const LinearFp8Problem& p, size_t elem_bytes) {
+  const bool aligned = (reinterpret_cast<uintptr_t>(p.x) & 15) == 0 && (reinterpret_cast<uintptr_t>(p.w) & 15) == 0;
+  return elem_bytes == 2 && p.m >= 1 && p.m <= kFp8GemvMaxM && p.k % 16 == 0 && aligned &&
+         p.n * p.k < (int64_t{1} << 31) && p.m * p.k < (int64_t{1} << 31);
+}
+
+template <typename T>
+cudaError_t LaunchFp8GemvFused(const LinearFp8Problem& p, int variant, cudaStream_t stream) {
+  int bs_log2 = 0;
+  while (p.block_size && (int64_t{1} << bs_log2) < p.block_size) ++bs_log2;
+  switch (variant) {
+    case 1:
+      LaunchFusedScales<T, 2, 128>(p, bs_log2, stream);
+      break;
+    case 2:
+      LaunchFusedScales<T, 8, 128>(p, bs_log2, stream);
+      break;
+    case 3:
+      LaunchFusedScales<T, 4, 256>(p, bs_log2, stream);
+      break;
+    default:
+      LaunchFusedScales<T, 4, 128>(p, bs_log2, stream);
+  }
+  return cudaGetLastError();
+}
+
+template cudaError_t LaunchFp8GemvFused<__half>(const LinearFp8Problem&, int, cudaStream_t);
+template cudaError_t LaunchFp8GemvFused<__nv_bfloat16>(const LinearFp8Problem&, int, cudaStream_t);
+
+}  // namespace pyquant

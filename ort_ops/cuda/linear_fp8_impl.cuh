@@ -1,0 +1,90 @@
+// LinearFp8 device helpers shared by linear_fp8_impl.cu (quantizers, mma.sync kernels) and
+// linear_fp8_gemv_impl.cu (the fused decode GEMV): e4m3 conversions, the activation-quantization
+// arithmetic of docs/ops.md, 16-byte vector unpacking.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "cuda/matmul_int4_impl.cuh"
+
+namespace pyquant {
+namespace fp8_detail {
+
+__device__ __forceinline__ float Fp8ToFloat(uint8_t v) {
+  __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(v), __NV_E4M3);
+  return __half2float(__half(h));
+}
+
+__device__ __forceinline__ float WarpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// 16 bytes of T -> kE floats (exact conversions).
+template <typename T>
+struct Vec16 {
+  static constexpr int kE = 16 / sizeof(T);
+};
+__device__ __forceinline__ void ToFloats(const uint4& v, float (&f)[4], const float*) {
+  f[0] = __uint_as_float(v.x), f[1] = __uint_as_float(v.y), f[2] = __uint_as_float(v.z), f[3] = __uint_as_float(v.w);
+}
+__device__ __forceinline__ void ToFloats(const uint4& v, float (&f)[8], const __half*) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+    f[2 * i] = p.x, f[2 * i + 1] = p.y;
+  }
+}
+__device__ __forceinline__ void ToFloats(const uint4& v, float (&f)[8], const __nv_bfloat16*) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    // bf16 -> float is a 16-bit shift: exact.
+    f[2 * i] = __uint_as_float(w[i] << 16), f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ float VecAbsMax(const uint4& v, float amax) {
+  float f[Vec16<T>::kE];
+  ToFloats(v, f, static_cast<const T*>(nullptr));
+#pragma unroll
+  for (int i = 0; i < Vec16<T>::kE; ++i) amax = fmaxf(amax, fabsf(f[i]));  // fmaxf ignores NaN
+  return amax;
+}
+
+// Two floats -> two e4m3 bytes (low byte = a): x * inv, RNE, saturating (NaN stays NaN); the
+// same cvt as __nv_cvt_float_to_fp8(.., __NV_SATFINITE, __NV_E4M3) of the scalar kernel.
+__device__ __forceinline__ uint32_t Quant2(float a, float b, float inv) {
+  return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(a * inv, b * inv), __NV_SATFINITE, __NV_E4M3));
+}
+
+// Quantizes one 16-byte vector of T and stores its kE bytes at dst (kE-byte aligned).
+template <typename T>
+__device__ __forceinline__ void QuantStore(const uint4& v, float inv, uint8_t* dst) {
+  float f[Vec16<T>::kE];
+  ToFloats(v, f, static_cast<const T*>(nullptr));
+  if constexpr (Vec16<T>::kE == 8) {
+    uint2 o;
+    o.x = Quant2(f[0], f[1], inv) | (Quant2(f[2], f[3], inv) << 16);
+    o.y = Quant2(f[4], f[5], inv) | (Quant2(f[6], f[7], inv) << 16);
+    *reinterpret_cast<uint2*>(dst) = o;
+  } else {
+    *reinterpret_cast<uint32_t*>(dst) = Quant2(f[0], f[1], inv) | (Quant2(f[2], f[3], inv) << 16);
+  }
+}
+
+// Two e4m3 bytes (low = lower k) -> fp16x2, exact.
+__device__ __forceinline__ uint32_t Fp8x2ToHalf2(uint32_t v16) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v16), __NV_E4M3);
+  return uint32_t(h.x) | (uint32_t(h.y) << 16);
+}
+
+
+}  // namespace fp8_detail
+}  // namespace pyquant

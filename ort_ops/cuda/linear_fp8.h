@@ -27,7 +27,7 @@ struct Fp8Options {
   // kernels; 1 forces the GEMM down to M = 1).
   int64_t sm90_min_m = kFp8Sm90MinM;
   // PYQUANT_FP8_GEMV: small-M kernel.
-  //   0 "auto": the fused GEMV (linear_fp8_gemv.h) for M <= 4 where it fits, else "mma".
+  //   0 "auto": the fused GEMV (linear_fp8_gemv.h) at M = 1 where it fits, else "mma".
   //   1 "mma": fp8_mma_kernel (activations in the MMA's m16 slot, W in n8) for M <= 16.
   //   2 "swap": fp8_gemv_swap_kernel (W rows in the m16 slot, X^T in n8: half the MMAs), M <= 8,
   //     per-channel scales.

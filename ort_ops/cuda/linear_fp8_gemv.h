@@ -11,6 +11,10 @@
 namespace pyquant {
 
 constexpr int64_t kFp8GemvMaxM = 4;
+// PYQUANT_FP8_GEMV=auto uses it at M = 1 only: at M = 4 the per-token FMAs and on-the-fly
+// quantization make it slower than quantizer + mma.sync kernel (H100, 4096 x 14336: 42.4 vs
+// 27.5 us; M = 1: 22.0 vs 27.1 us; bench/results/2026-11-22-h100-s3-gemv-bench-cuda.md).
+constexpr int64_t kFp8GemvAutoMaxM = 1;
 // Variants (rows per CTA, threads per CTA): 0: (4, 128), 1: (2, 128), 2: (8, 128), 3: (4, 256).
 constexpr int kFp8GemvFusedVariants = 4;
 

@@ -574,7 +574,7 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
   if constexpr (!std::is_same<T, float>::value) {
     // Decode: quantization fused into the GEMV (no xq round trip, one launch), unless the Hopper
     // GEMM was asked for at this M.
-    const bool fused_allowed = opt.gemv == 0 || opt.gemv >= 3;
+    const bool fused_allowed = (opt.gemv == 0 && p.m <= kFp8GemvAutoMaxM) || opt.gemv >= 3;
     int device = 0;
     bool sm90 = false;
 #if PYQUANT_WITH_SM90

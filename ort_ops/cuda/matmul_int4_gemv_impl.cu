@@ -14,12 +14,11 @@
 // block_size >= 32). The next piece's weights are loaded before the current one is multiplied.
 // Partial sums meet through warp shuffles and then shared memory.
 //
-// Numerics (docs/ops.md error limit, atol(fp16) = 2e-3, atol(bf16) = 1.6e-2): each weight is
-// rounded once to T as w = (q - zp) * s (q - zp is exact in T); two products per 16-bit lane are
-// formed in T (one product rounding, one fma rounding) and then added in fp32. Worst case 3 T
-// roundings relative to sum |x w|: 1.5e-3 (fp16), 1.2e-2 (bf16). Scaling before the product keeps
-// every T intermediate at the magnitude of the true partial sums (no overflow that the fp32 result
-// would not have).
+// Numerics: the codes decode exactly to q - zp in T; a piece's 32 products are summed in T in
+// chains of 4 per 16-bit lane, then in fp32, and the piece sum is multiplied by the block scale in
+// fp32 (4 fewer T multiplies per 8 weights than scaling every weight: the kernel is issue-bound).
+// Pieces whose fast sum is not finite (or whose scale is not) are recomputed with scaled weights.
+// Error bounds: the note above GemvMath.
 //
 // Requirements (checked by the dispatch, matmul_int4_impl.cu): T = __half / __nv_bfloat16,
 // block_size >= 32, K % 32 == 0 (every piece is whole: padding codes are never read), X and B
@@ -59,18 +58,45 @@ __device__ __forceinline__ uint32_t Lop3AndOr(uint32_t a, uint32_t mask, uint32_
   return r;
 }
 
-// Per-T arithmetic of the GEMV. Decoder(piece).Word(v, w): one 32-bit word of codes (8 weights)
-// -> 4 T pairs w[j]; XPairs(xv, xp): the 8 activations of the same k, paired the same way;
-// Dot8(w, xp): fp32 sum of the 8 products, two products per 16-bit lane in T.
+__device__ __forceinline__ float2 Float2Of(__half2 v) { return __half22float2(v); }
+__device__ __forceinline__ float2 Float2Of(__nv_bfloat162 v) { return __bfloat1622float2(v); }
+
+// Per-T arithmetic of the GEMV.
+//   Decoder(piece).Word<kScaled>(v, w): one 32-bit word of codes (8 weights) -> 4 T pairs w[j]:
+//     q - zp (exact in T) or, kScaled, (q - zp) * s (rounded once to T);
+//   XPairs(xv, xp): the 8 activations of the same k, paired the same way;
+// ChainSum(w, xp): fp32 sum of 8 products as ONE chain per 16-bit lane (mul + 3 fma in T);
+// ShortChainSum(w, xp): the same with two-product chains (for scaled weights).
+//
+// Error (docs/ops.md: |err| <= atol(T) * sum |x w| + ulp(y); atol = 2e-3 fp16, 1.6e-2 bf16; u =
+// 2^-11 fp16, 2^-8 bf16). Fast path: the weights are exact, a lane's chain of 4 products rounds
+// at most 4 times, each time relative to a partial sum <= sum |x w| of its products: <= 4u =
+// 1.95e-3 (fp16), 1.56e-2 (bf16); then fp32 (sum, times the scale). Slow path (a piece whose
+// fast sum is not finite -- |x| above ~1000 can overflow the unscaled fp16 chain -- or whose
+// scale is not finite): weights scaled first, two-product chains: 3u, and every T intermediate
+// is at the magnitude of the true partial sums, with IEEE inf / NaN semantics per weight.
 template <typename T>
 struct GemvMath;
+
+template <typename T2>
+__device__ __forceinline__ float ChainSum(const T2 (&w)[4], const T2 (&xp)[4]) {
+  const T2 c = __hfma2(w[3], xp[3], __hfma2(w[2], xp[2], __hfma2(w[1], xp[1], __hmul2(w[0], xp[0]))));
+  const float2 f = Float2Of(c);
+  return f.x + f.y;
+}
+template <typename T2>
+__device__ __forceinline__ float ShortChainSum(const T2 (&w)[4], const T2 (&xp)[4]) {
+  const float2 a = Float2Of(__hfma2(w[0], xp[0], __hmul2(w[1], xp[1])));
+  const float2 b = Float2Of(__hfma2(w[2], xp[2], __hmul2(w[3], xp[3])));
+  return (a.x + a.y) + (b.x + b.y);
+}
 
 // fp16: codes are paired as (k_j, k_{j+4}) so that the weights need no byte permute:
 //   word v = codes k0..k7 (nibble i = k_i). lop3(v, 0x000F000F) -> (k0, k4) as 1024 + q;
 //   lop3(v, 0x00F000F0) -> (k1, k5) as 1024 + 16 q; the same on v >> 8 -> (k2, k6), (k3, k7).
 //   (1024 + q) - (1024 + zp) and (1024 + 16 q) / 16 - (64 + zp) are exact: 1 shift + 4 lop3 +
-//   4 sub/fma + 4 mul per 8 weights. X is permuted into the same pairs once per piece and
-//   reused by all kR rows (4 prmt per 8 activations).
+//   4 sub/fma per 8 weights. X is permuted into the same pairs once per piece and reused by all
+//   kR rows (4 prmt per 8 activations).
 template <>
 struct GemvMath<__half> {
   using T2 = __half2;
@@ -82,15 +108,20 @@ struct GemvMath<__half> {
       nzb16 = __float2half2_rn(-64.0f - float(p.zp));
       s = *reinterpret_cast<const __half2*>(&p.s2);
     }
+    template <bool kScaled>
     __device__ __forceinline__ void Word(uint32_t v, __half2 (&w)[4]) const {
       const uint32_t v8 = v >> 8;
       const uint32_t a = Lop3AndOr(v, 0x000F000Fu, 0x64006400u), b = Lop3AndOr(v, 0x00F000F0u, 0x64006400u);
       const uint32_t c = Lop3AndOr(v8, 0x000F000Fu, 0x64006400u), d = Lop3AndOr(v8, 0x00F000F0u, 0x64006400u);
       const __half2 sixteenth = __float2half2_rn(0.0625f);
-      w[0] = __hmul2(__hsub2(*reinterpret_cast<const __half2*>(&a), zb), s);
-      w[1] = __hmul2(__hfma2(*reinterpret_cast<const __half2*>(&b), sixteenth, nzb16), s);
-      w[2] = __hmul2(__hsub2(*reinterpret_cast<const __half2*>(&c), zb), s);
-      w[3] = __hmul2(__hfma2(*reinterpret_cast<const __half2*>(&d), sixteenth, nzb16), s);
+      w[0] = __hsub2(*reinterpret_cast<const __half2*>(&a), zb);
+      w[1] = __hfma2(*reinterpret_cast<const __half2*>(&b), sixteenth, nzb16);
+      w[2] = __hsub2(*reinterpret_cast<const __half2*>(&c), zb);
+      w[3] = __hfma2(*reinterpret_cast<const __half2*>(&d), sixteenth, nzb16);
+      if constexpr (kScaled) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) w[j] = __hmul2(w[j], s);
+      }
     }
   };
   __device__ __forceinline__ static void XPairs(const uint4& xv, __half2 (&xp)[4]) {
@@ -101,15 +132,10 @@ struct GemvMath<__half> {
     xp[2] = *reinterpret_cast<const __half2*>(&p2);  // (x2, x6)
     xp[3] = *reinterpret_cast<const __half2*>(&p3);  // (x3, x7)
   }
-  __device__ __forceinline__ static float Dot8(const __half2 (&w)[4], const __half2 (&xp)[4]) {
-    const float2 a = __half22float2(__hfma2(w[0], xp[0], __hmul2(w[1], xp[1])));
-    const float2 b = __half22float2(__hfma2(w[2], xp[2], __hmul2(w[3], xp[3])));
-    return (a.x + a.y) + (b.x + b.y);
-  }
 };
 
-// bf16: 128 + 16 q does not fit bf16's 7-bit mantissa, so the natural pairs (k_2j, k_2j+1) of
-// DequantWord (prmt + lop3 + sub + mul per pair) and X as loaded.
+// bf16: 128 + 16 q does not fit bf16's 7-bit mantissa, so natural pairs (k_2j, k_2j+1) as in
+// DequantWord (prmt + lop3 + sub per pair) and X as loaded.
 template <>
 struct GemvMath<__nv_bfloat16> {
   using T2 = __nv_bfloat162;
@@ -118,11 +144,16 @@ struct GemvMath<__nv_bfloat16> {
     Decoder() = default;
     __device__ __forceinline__ explicit Decoder(const GemvPiece& p)
         : zb2(ZeroBias2<__nv_bfloat16>(p.zp)), s2(p.s2) {}
+    template <bool kScaled>
     __device__ __forceinline__ void Word(uint32_t v, __nv_bfloat162 (&w)[4]) const {
-      uint32_t o[4];
-      DequantWord<__nv_bfloat16>(v, zb2, s2, o);
+      const uint32_t v4 = v >> 4;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) w[j] = *reinterpret_cast<const __nv_bfloat162*>(&o[j]);
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t q = Lop3AndOr(__byte_perm(v, v4, j | ((4 + j) << 8)), 0x000F000Fu, 0x43004300u);
+        const uint32_t d = Sub2<__nv_bfloat16>(q, zb2);
+        const uint32_t o = kScaled ? Mul2<__nv_bfloat16>(d, s2) : d;
+        w[j] = *reinterpret_cast<const __nv_bfloat162*>(&o);
+      }
     }
   };
   __device__ __forceinline__ static void XPairs(const uint4& xv, __nv_bfloat162 (&xp)[4]) {
@@ -131,12 +162,22 @@ struct GemvMath<__nv_bfloat16> {
     xp[2] = *reinterpret_cast<const __nv_bfloat162*>(&xv.z);
     xp[3] = *reinterpret_cast<const __nv_bfloat162*>(&xv.w);
   }
-  __device__ __forceinline__ static float Dot8(const __nv_bfloat162 (&w)[4], const __nv_bfloat162 (&xp)[4]) {
-    const float2 a = __bfloat1622float2(__hfma2(w[0], xp[0], __hmul2(w[1], xp[1])));
-    const float2 b = __bfloat1622float2(__hfma2(w[2], xp[2], __hmul2(w[3], xp[3])));
-    return (a.x + a.y) + (b.x + b.y);
-  }
 };
+
+// The slow path of one piece of one row and token: scaled weights, two-product chains, X reloaded.
+template <typename T>
+__device__ __forceinline__ float SlowPiece(const typename GemvMath<T>::Decoder& dec, uint4 q, const T* __restrict__ xk) {
+  using T2 = typename GemvMath<T>::T2;
+  float sum = 0.0f;
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    T2 w[4], xp[4];
+    dec.template Word<true>(Word(q, u), w);
+    GemvMath<T>::XPairs(LoadCached16(xk + 8 * u), xp);
+    sum += ShortChainSum(w, xp);
+  }
+  return sum;
+}
 
 }  // namespace
 
@@ -163,6 +204,7 @@ __global__ void __launch_bounds__(kThreads)
   // Loads are unconditional (a clamped piece index past the end re-reads the last piece), so the
   // compiler can issue the next piece's kR loads ahead of this piece's arithmetic.
   GemvPiece cur[kR];
+  bool slow = false;  // a piece needs the slow path (see the error note above GemvMath)
   int c = threadIdx.x;
 #pragma unroll
   for (int r = 0; r < kR; ++r) cur[r] = LoadGemvPiece<T>(b, scales, zp, g, rows[r], min(c, pieces - 1));
@@ -173,8 +215,13 @@ __global__ void __launch_bounds__(kThreads)
     for (int r = 0; r < kR; ++r) nxt[r] = LoadGemvPiece<T>(b, scales, zp, g, rows[r], cn);
 
     typename Math::Decoder dec[kR];
+    float part[kM][kR];
 #pragma unroll
-    for (int r = 0; r < kR; ++r) dec[r] = typename Math::Decoder(cur[r]);
+    for (int r = 0; r < kR; ++r) {
+      dec[r] = typename Math::Decoder(cur[r]);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) part[m][r] = 0.0f;
+    }
 #pragma unroll
     for (int u = 0; u < 4; ++u) {  // code word u of the piece: k = 32c + 8u .. + 7
       T2 xp[kM][4];
@@ -183,13 +230,38 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int r = 0; r < kR; ++r) {
         T2 w[4];
-        dec[r].Word(Word(cur[r].q, u), w);
+        dec[r].template Word<false>(Word(cur[r].q, u), w);
 #pragma unroll
-        for (int m = 0; m < kM; ++m) acc[m][r] += Math::Dot8(w, xp[m]);
+        for (int m = 0; m < kM; ++m) part[m][r] += ChainSum(w, xp[m]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const float s = Float2Of(*reinterpret_cast<const T2*>(&cur[r].s2)).x;
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        slow |= !(isfinite(part[m][r]) && isfinite(s));
+        acc[m][r] = fmaf(part[m][r], s, acc[m][r]);
       }
     }
 #pragma unroll
     for (int r = 0; r < kR; ++r) cur[r] = nxt[r];
+  }
+
+  if (slow) {  // rare: this thread's sums again, every piece on the slow path
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+      for (int r = 0; r < kR; ++r) acc[m][r] = 0.0f;
+    for (int cc = threadIdx.x; cc < pieces; cc += kThreads) {
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        const GemvPiece pc = LoadGemvPiece<T>(b, scales, zp, g, rows[r], cc);
+        const typename Math::Decoder dec(pc);
+#pragma unroll
+        for (int m = 0; m < kM; ++m) acc[m][r] += SlowPiece<T>(dec, pc.q, x + int64_t(m) * g.k + 32 * cc);
+      }
+    }
   }
 
   // Reduce: lanes of a warp by shuffles, then warps through shared memory.

@@ -343,14 +343,14 @@ constexpr int kGemvVariants = kSmallMVariants + kInt4GemvCcVariants;
 
 bool GemvCcFits(const MatMulInt4Problem& p) { return p.m <= kInt4GemvCcMaxM && p.attrs.k % 32 == 0; }
 
-// Default: the CUDA-core GEMV where it fits, else small-M variant 1 (4 warps, U = 4, prefetch:
+// Default: the CUDA-core GEMV where it fits up to M = kInt4GemvCcDefaultMaxM, else small-M variant 1 (4 warps, U = 4, prefetch:
 // best or within 5 % of the best mma.sync variant on every shape of
 // bench/results/2026-11-22-h100-bench-int4-gemv-variants*.md, M = 1..8).
 int GemvVariantFor(const MatMulInt4Problem& p, int requested) {
   const bool cc_ok = GemvCcFits(p);
   if (requested >= 0 && requested < kSmallMVariants) return requested;
   if (requested >= kSmallMVariants && requested < kGemvVariants && cc_ok) return requested;
-  return cc_ok ? kSmallMVariants : 1;
+  return cc_ok && p.m <= kInt4GemvCcDefaultMaxM ? kSmallMVariants : 1;
 }
 
 template <typename T>

@@ -5,7 +5,7 @@ of pyquant.reference with docs/ops.md's error limit:
   rows held in registers (K <= 4096 for fp16) or read twice (longer K), and the scalar kernel for
   rows that are not 16-byte multiples (K = 100 with fp16 -> 200 bytes);
 * the fused decode GEMV (linear_fp8_gemv_impl.cu: quantization inside the GEMV, CUDA cores) for
-  M <= 4 (the default there) and its variants (PYQUANT_FP8_GEMV=fused..fused3), every weight-scale
+  M = 1 (the default there; M <= 4 when pinned) and its variants (PYQUANT_FP8_GEMV=fused..fused3), every weight-scale
   layout (per channel, per-K-block 16 / 128), static and dynamic activation scales;
 * the small-M mma.sync kernel: M <= 8 (kLow8 variant) and 9..16 (PYQUANT_FP8_GEMV=mma pins it for
   M <= 4 too);

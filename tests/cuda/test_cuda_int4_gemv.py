@@ -37,9 +37,11 @@ def test_int4_gemv_variants(rng, variant, dtype, bs, symmetric, kn):
 @pytest.mark.parametrize("variant", [-1, 6, 7, 8, 9])
 @pytest.mark.parametrize("bs", [64, 256])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_int4_gemv_cc_large_activations(rng, variant, bs, dtype):
-    """fp16 X near 2^12 with small weights: the true sums are finite, so the CUDA-core GEMV's T
-    intermediates (scaled before the product) must not overflow where fp32 would not."""
+@pytest.mark.parametrize("nonfinite_scale", [False, True])
+def test_int4_gemv_cc_large_activations(rng, variant, bs, dtype, nonfinite_scale):
+    """|X| = 4000 with small scales: the true sums are finite, but the CUDA-core GEMV's fast path
+    (unscaled q - zp in fp16 chains of 4) overflows, so those pieces must take the slow path
+    (weights scaled first); also non-finite scales (the slow path's per-weight IEEE semantics)."""
     import numpy as np
 
     from pyquant import layout
@@ -51,9 +53,11 @@ def test_int4_gemv_cc_large_activations(rng, variant, bs, dtype):
     # codes over the whole 0..15 range with random zero points: |q - zp| up to 15, so unscaled
     # (q - zp) * x would reach 6e4 per product; scales ~ 0.005 keep every true partial sum small.
     nb = layout.n_blocks(k, bs)
-    b = rng.integers(0, 256, size=(n, nb * bs // 2), dtype=np.uint8)
+    b = rng.integers(0, 256, size=(n, nb, bs // 2), dtype=np.uint8)
     zp = layout.pack_zero_points(rng.integers(0, 16, size=(n, nb), dtype=np.uint8))
     scales = (0.004 + 0.002 * rng.random((n, nb))).astype(np.float32)
+    if nonfinite_scale:  # IEEE semantics per weight: 0 * inf = NaN, as in the reference
+        scales[3, 0], scales[7, 1] = np.inf, np.nan
     model = int4_model(b, scales, k, n, bs, dtype=dtype, zero_points=zp, bias=None)
     scales_t, bias_t = _as_t(scales, dtype), None
     if variant >= 0:
@@ -66,5 +70,5 @@ def test_int4_gemv_cc_large_activations(rng, variant, bs, dtype):
         x = _as_t(np.sign(rng.standard_normal((m, k))) * 4000.0, dtype)
         y = run_cuda(sess, x, n, dtype)
         y_ref, mag = matmul_int4_ref(x, b, scales_t, k, n, bs, zp, bias_t)
-        assert np.isfinite(y_ref).all()
+        assert nonfinite_scale or np.isfinite(y_ref).all()
         assert_within_limit(y, y_ref, mag, dtype)

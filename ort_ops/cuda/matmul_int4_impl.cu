@@ -350,7 +350,8 @@ int GemvVariantFor(const MatMulInt4Problem& p, int requested) {
   const bool cc_ok = GemvCcFits(p);
   if (requested >= 0 && requested < kSmallMVariants) return requested;
   if (requested >= kSmallMVariants && requested < kGemvVariants && cc_ok) return requested;
-  return cc_ok && p.m <= kInt4GemvCcDefaultMaxM ? kSmallMVariants : 1;
+  if (!cc_ok || p.m > kInt4GemvCcDefaultMaxM) return 1;
+  return p.m == 1 ? kSmallMVariants : kSmallMVariants + 2;
 }
 
 template <typename T>

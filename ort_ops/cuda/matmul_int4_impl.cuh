@@ -251,10 +251,10 @@ __device__ __forceinline__ void StorePair(T* __restrict__ y, const T* __restrict
 // 0: (4, 128), 1: (2, 128), 2: (8, 128), 3: (4, 256).
 constexpr int kInt4GemvCcVariants = 4;
 constexpr int kInt4GemvCcMaxM = 4;
-// Default up to M = 2: from M = 3 on, the per-token FMAs make it issue-bound and the mma.sync
-// small-M kernel is faster (H100: 30.8 vs 25.9 us at M = 4 on 4096 x 14336,
-// bench/results/2026-11-22-h100-s3-gemv-bench-cuda.md).
-constexpr int kInt4GemvCcDefaultMaxM = 2;
+// Default up to M = 3 (variant 0 at M = 1, variant 2 with 8 rows per CTA at M = 2, 3): from
+// M = 4 on, the per-token FMAs make it issue-bound and the mma.sync small-M kernel is faster
+// (H100, bench/results/2026-11-22-h100-s3-gemv*-bench-cuda.md).
+constexpr int kInt4GemvCcDefaultMaxM = 3;
 template <typename T>
 void LaunchInt4GemvCc(int variant, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
                       const cuda_detail::Int4Geom& g, cudaStream_t stream);

@@ -183,7 +183,7 @@ __device__ __forceinline__ float SlowPiece(const typename GemvMath<T>::Decoder& 
 
 //   x [M, K] T (M = kM), b [N, row_bytes] codes, scales [N, nb] T, zp [N, zp_row_bytes] or
 //   nullptr, bias [N] T or nullptr, y [M, N] T. grid.x = ceil(N / kR), block = kThreads.
-template <typename T, int kM, int kR, int kThreads>
+template <typename T, int kM, int kR, int kThreads, bool kExactPrefetch>
 __global__ void __launch_bounds__(kThreads)
     int4_gemv_cc_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
                         const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g) {
@@ -201,18 +201,24 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int r = 0; r < kR; ++r) acc[m][r] = 0.0f;
 
-  // Loads are unconditional (a clamped piece index past the end re-reads the last piece), so the
-  // compiler can issue the next piece's kR loads ahead of this piece's arithmetic.
+  // The next piece's kR loads are issued before this piece's arithmetic. kExactPrefetch = false:
+  // unconditional loads (a clamped index past the end re-reads the last piece; fewer registers);
+  // true: only where there is a next piece (at K = 4096 every thread has one piece per row, and
+  // the clamped re-read costs every warp an L2 round trip before it can exit).
   GemvPiece cur[kR];
   bool slow = false;  // a piece needs the slow path (see the error note above GemvMath)
   int c = threadIdx.x;
+  if (!kExactPrefetch || c < pieces) {
 #pragma unroll
-  for (int r = 0; r < kR; ++r) cur[r] = LoadGemvPiece<T>(b, scales, zp, g, rows[r], min(c, pieces - 1));
+    for (int r = 0; r < kR; ++r) cur[r] = LoadGemvPiece<T>(b, scales, zp, g, rows[r], min(c, pieces - 1));
+  }
   for (; c < pieces; c += kThreads) {
     GemvPiece nxt[kR];
-    const int cn = min(c + kThreads, pieces - 1);
+    const int cn = kExactPrefetch ? c + kThreads : min(c + kThreads, pieces - 1);
+    if (!kExactPrefetch || cn < pieces) {
 #pragma unroll
-    for (int r = 0; r < kR; ++r) nxt[r] = LoadGemvPiece<T>(b, scales, zp, g, rows[r], cn);
+      for (int r = 0; r < kR; ++r) nxt[r] = LoadGemvPiece<T>(b, scales, zp, g, rows[r], cn);
+    }
 
     typename Math::Decoder dec[kR];
     float part[kM][kR];
@@ -289,22 +295,22 @@ __global__ void __launch_bounds__(kThreads)
 
 namespace {
 
-template <typename T, int kR, int kThreads>
+template <typename T, int kR, int kThreads, bool kExact = false>
 void LaunchCc(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y, const Int4Geom& g,
               cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((g.n + kR - 1) / kR));
   switch (g.m) {
     case 1:
-      int4_gemv_cc_kernel<T, 1, kR, kThreads><<<grid, kThreads, 0, stream>>>(x, b, s, zp, bias, y, g);
+      int4_gemv_cc_kernel<T, 1, kR, kThreads, kExact><<<grid, kThreads, 0, stream>>>(x, b, s, zp, bias, y, g);
       break;
     case 2:
-      int4_gemv_cc_kernel<T, 2, kR, kThreads><<<grid, kThreads, 0, stream>>>(x, b, s, zp, bias, y, g);
+      int4_gemv_cc_kernel<T, 2, kR, kThreads, kExact><<<grid, kThreads, 0, stream>>>(x, b, s, zp, bias, y, g);
       break;
     case 3:
-      int4_gemv_cc_kernel<T, 3, kR, kThreads><<<grid, kThreads, 0, stream>>>(x, b, s, zp, bias, y, g);
+      int4_gemv_cc_kernel<T, 3, kR, kThreads, kExact><<<grid, kThreads, 0, stream>>>(x, b, s, zp, bias, y, g);
       break;
     default:
-      int4_gemv_cc_kernel<T, 4, kR, kThreads><<<grid, kThreads, 0, stream>>>(x, b, s, zp, bias, y, g);
+      int4_gemv_cc_kernel<T, 4, kR, kThreads, kExact><<<grid, kThreads, 0, stream>>>(x, b, s, zp, bias, y, g);
   }
 }
 
@@ -322,6 +328,12 @@ void LaunchInt4GemvCc(int variant, const T* x, const uint8_t* b, const T* s, con
       break;
     case 3:
       LaunchCc<T, 4, 256>(x, b, s, zp, bias, y, g, stream);
+      break;
+    case 4:
+      LaunchCc<T, 4, 128, true>(x, b, s, zp, bias, y, g, stream);
+      break;
+    case 5:
+      LaunchCc<T, 8, 128, true>(x, b, s, zp, bias, y, g, stream);
       break;
     default:
       LaunchCc<T, 4, 128>(x, b, s, zp, bias, y, g, stream);

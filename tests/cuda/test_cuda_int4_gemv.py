@@ -1,5 +1,5 @@
 """Every M <= 8 (decode) kernel variant of MatMulInt4 (PYQUANT_INT4_GEMV_VARIANT, read at kernel
-creation; matmul_int4_impl.cu: 0..5 mma.sync small-M, matmul_int4_gemv_impl.cu: 6..9 CUDA-core
+creation; matmul_int4_impl.cu: 0..5 mma.sync small-M, matmul_int4_gemv_impl.cu: 6..11 CUDA-core
 GEMV for M <= 4 and K % 32 == 0) against the float64 reference: odd N (partial row groups), K
 tails inside the last block, K % 32 != 0 (the CUDA-core variants fall back), block sizes
 32..256, symmetric and asymmetric, bias, fp16 and bf16. Outputs are poisoned (NaN) before each
@@ -15,7 +15,7 @@ from tests.cuda.test_cuda_ops import _check_int4, _int4_case, _session
 
 pytestmark = pytest.mark.cuda
 
-N_VARIANTS = 10
+N_VARIANTS = 12
 
 
 @pytest.mark.parametrize("variant", range(N_VARIANTS))
@@ -34,7 +34,7 @@ def test_int4_gemv_variants(rng, variant, dtype, bs, symmetric, kn):
     _check_int4(sess, rng, [1, 2, 3, 4, 5, 8], k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
-@pytest.mark.parametrize("variant", [-1, 6, 7, 8, 9])
+@pytest.mark.parametrize("variant", [-1, 6, 7, 8, 9, 10, 11])
 @pytest.mark.parametrize("bs", [64, 256])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("nonfinite_scale", [False, True])

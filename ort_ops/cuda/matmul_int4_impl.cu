@@ -351,6 +351,11 @@ int GemvVariantFor(const MatMulInt4Problem& p, int requested) {
   if (requested >= 0 && requested < kSmallMVariants) return requested;
   if (requested >= kSmallMVariants && requested < kGemvVariants && cc_ok) return requested;
   if (!cc_ok || p.m > kInt4GemvCcDefaultMaxM) return 1;
+  // Up to 2 pieces per thread (K <= 8192), loading the next piece only where there is one is
+  // faster (H100: 13.6 vs 15.3 us at M = 1 on 4096 x 14336); with more it is slower (15.5 vs 13.6
+  // on 14336 x 4096): bench/results/2026-11-22-h100-s3-gemv3-bench-cuda.md.
+  const bool short_k = p.attrs.k / 32 <= 2 * 128;
+  if (p.m <= 2 && short_k) return kSmallMVariants + 4;
   return p.m == 1 ? kSmallMVariants : kSmallMVariants + 2;
 }
 

@@ -151,21 +151,9 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   __shared__ float red[kWarps][kM * kR];
-#pragma unroll
-  for (int m = 0; m < kM; ++m)
-#pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      float v = acc[m][r];
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-      if (lane == 0) red[warp][m * kR + r] = v;
-    }
-  __syncthreads();
+  float v = CtaSum<kThreads, kM * kR>(&acc[0][0], red);
   if (threadIdx.x < kM * kR) {
     const int m = threadIdx.x / kR, r = threadIdx.x % kR, col = n0 + r;
-    float v = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kWarps; ++i) v += red[i][threadIdx.x];
     if (col < n) {
       // As linear_fp8_ref_kernel: (sum * w_scale) * s_x + bias.
       if (!kBlockScale) v *= w_scale[col];

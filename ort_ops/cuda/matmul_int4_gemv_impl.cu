@@ -270,25 +270,10 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
-  // Reduce: lanes of a warp by shuffles, then warps through shared memory.
-  constexpr int kWarps = kThreads / 32;
-  __shared__ float red[kWarps][kM * kR];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int m = 0; m < kM; ++m)
-#pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      float v = acc[m][r];
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-      if (lane == 0) red[warp][m * kR + r] = v;
-    }
-  __syncthreads();
+  __shared__ float red[kThreads / 32][kM * kR];
+  const float v = CtaSum<kThreads, kM * kR>(&acc[0][0], red);
   if (threadIdx.x < kM * kR) {
-    const int m = threadIdx.x / kR, r = threadIdx.x % kR, n = n0 + r;
-    float v = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) v += red[w][threadIdx.x];
+    const int m = threadIdx.x / kR, n = n0 + threadIdx.x % kR;
     if (n < g.n) y[int64_t(m) * g.n + n] = StoreT<T>(bias ? v + LoadF(bias, n) : v);
   }
 }

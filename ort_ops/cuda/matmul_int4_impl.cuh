@@ -234,6 +234,29 @@ __device__ __forceinline__ void CpAsyncWait() { asm volatile("cp.async.wait_grou
 
 __device__ __forceinline__ uint32_t Word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
+// CTA-wide sums of kN per-thread values v[0..kN) (the decode GEMVs' partial dot products):
+// warp shuffles, then the kThreads / 32 warp totals through red. Returns total i = threadIdx.x to
+// threads threadIdx.x < kN (0 to the others). Contains a __syncthreads(); red must not be
+// rewritten before every reader is done (a second barrier if the CTA loops).
+template <int kThreads, int kN>
+__device__ __forceinline__ float CtaSum(const float* v, float (&red)[kThreads / 32][kN]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    float s = v[i];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) red[warp][i] = s;
+  }
+  __syncthreads();
+  float t = 0.0f;
+  if (threadIdx.x < kN) {
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) t += red[w][threadIdx.x];
+  }
+  return t;
+}
+
 template <typename T>
 __device__ __forceinline__ void StorePair(T* __restrict__ y, const T* __restrict__ bias, const Int4Geom& g, int row,
                                           int col, float v0, float v1) {

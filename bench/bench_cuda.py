@@ -85,7 +85,7 @@ METHOD_ENV = {
     **{f"pyquant_fp8_split{s}": {"PYQUANT_FP8_SM90_DECOMP": "splitk", "PYQUANT_FP8_SM90_SPLITS": str(s)} for s in (2, 4, 8)},
     "pyquant_fp8_nondet": {"PYQUANT_FP8_SM90_REDUCE": "nondet"},
     **{f"pyquant_fp8_sm90min{m}": {"PYQUANT_FP8_SM90_MIN_M": str(m)} for m in (33, 49, 65, 129)},
-    **{f"pyquant_int4_v{i}": {"PYQUANT_INT4_GEMV_VARIANT": str(i)} for i in range(14)},
+    **{f"pyquant_int4_v{i}": {"PYQUANT_INT4_GEMV_VARIANT": str(i)} for i in range(12)},
 }
 
 

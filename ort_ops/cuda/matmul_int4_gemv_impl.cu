@@ -26,10 +26,6 @@
 #include "cuda/matmul_int4.h"
 #include "cuda/matmul_int4_impl.cuh"
 
-#include <algorithm>
-
-#include "cuda/device_info.h"
-
 namespace pyquant {
 
 using namespace cuda_detail;
@@ -282,168 +278,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// One row group with the slow path (scaled weights) for every piece; all threads of the CTA.
-template <typename T, int kM, int kR, int kThreads>
-__device__ __forceinline__ void SlowGroupWrite(const T* __restrict__ x, const uint8_t* __restrict__ b,
-                                            const T* __restrict__ scales, const uint8_t* __restrict__ zp,
-                                            const T* __restrict__ bias, T* __restrict__ y, Int4Geom g, int group) {
-  __shared__ float red2[kThreads / 32][kM * kR];
-  float acc[kM][kR];
-#pragma unroll
-  for (int m = 0; m < kM; ++m)
-#pragma unroll
-    for (int r = 0; r < kR; ++r) acc[m][r] = 0.0f;
-  for (int c = threadIdx.x; c < (g.k >> 5); c += kThreads) {
-#pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      const GemvPiece pc = LoadGemvPiece<T>(b, scales, zp, g, min(group * kR + r, g.n - 1), c);
-      const typename GemvMath<T>::Decoder dec(pc);
-#pragma unroll
-      for (int m = 0; m < kM; ++m) acc[m][r] += SlowPiece<T>(dec, pc.q, x + int64_t(m) * g.k + 32 * c);
-    }
-  }
-  const float v = CtaSum<kThreads, kM * kR>(&acc[0][0], red2);
-  if (threadIdx.x < kM * kR) {
-    const int m = threadIdx.x / kR, n = group * kR + threadIdx.x % kR;
-    if (n < g.n) y[int64_t(m) * g.n + n] = StoreT<T>(bias ? v + LoadF(bias, n) : v);
-  }
-  __syncthreads();
-}
-// Persistent form (variants 6, 7): gridDim.x = min(groups, resident CTAs); CTA j serves row groups
-// j, j + gridDim.x, ... and loads the first pieces of its next group before finishing the current
-// one, so an SM streams continuously instead of paying a full memory latency per 8 KB CTA. A
-// group whose fast sum is not finite is only flagged in the loop (CTA-uniform, one bit per group)
-// and recomputed after it (SlowGroupWrite overwrites its outputs): with the slow path inside the
-// loop the kernel needed twice the registers.
-//   Arguments as int4_gemv_cc_kernel.
-template <typename T, int kM, int kR, int kThreads>
-__global__ void __launch_bounds__(kThreads)
-    int4_gemv_cc_persistent_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
-                        const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g) {
-  using Math = GemvMath<T>;
-  using T2 = typename Math::T2;
-  __shared__ float red[kThreads / 32][kM * kR];
-  const int pieces = g.k >> 5;
-  const int groups = (g.n + kR - 1) / kR;
-  GemvPiece cur[kR];
-  int group = blockIdx.x;
-  int c = threadIdx.x;
-  unsigned long long slow_mask = 0;  // CTA-uniform
-  if (c < pieces) {
-#pragma unroll
-    for (int r = 0; r < kR; ++r) cur[r] = LoadGemvPiece<T>(b, scales, zp, g, min(group * kR + r, g.n - 1), c);
-  }
-  while (group < groups) {
-    float acc[kM][kR];
-#pragma unroll
-    for (int m = 0; m < kM; ++m)
-#pragma unroll
-      for (int r = 0; r < kR; ++r) acc[m][r] = 0.0f;
-    bool slow = false;
-    for (; c < pieces; c += kThreads) {
-      int cn = c + kThreads, gn = group;
-      if (cn >= pieces) cn = threadIdx.x, gn = group + gridDim.x;
-      GemvPiece nxt[kR];
-      if (gn < groups) {
-#pragma unroll
-        for (int r = 0; r < kR; ++r) nxt[r] = LoadGemvPiece<T>(b, scales, zp, g, min(gn * kR + r, g.n - 1), cn);
-      }
-      typename Math::Decoder dec[kR];
-      float part[kM][kR];
-#pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        dec[r] = typename Math::Decoder(cur[r]);
-#pragma unroll
-        for (int m = 0; m < kM; ++m) part[m][r] = 0.0f;
-      }
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        T2 xp[kM][4];
-#pragma unroll
-        for (int m = 0; m < kM; ++m) Math::XPairs(LoadCached16(x + int64_t(m) * g.k + 32 * c + 8 * u), xp[m]);
-#pragma unroll
-        for (int r = 0; r < kR; ++r) {
-          T2 w[4];
-          dec[r].template Word<false>(Word(cur[r].q, u), w);
-#pragma unroll
-          for (int m = 0; m < kM; ++m) part[m][r] += ChainSum(w, xp[m]);
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        const float s = Float2Of(*reinterpret_cast<const T2*>(&cur[r].s2)).x;
-#pragma unroll
-        for (int m = 0; m < kM; ++m) {
-          slow |= !(isfinite(part[m][r]) && isfinite(s));
-          acc[m][r] = fmaf(part[m][r], s, acc[m][r]);
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < kR; ++r) cur[r] = nxt[r];
-    }
-    if (__syncthreads_or(slow)) {
-      const int i = (group - blockIdx.x) / gridDim.x;  // this CTA's i-th group
-      slow_mask |= i < 64 ? (1ull << i) : ~0ull;
-    }
-    const float v = CtaSum<kThreads, kM * kR>(&acc[0][0], red);
-    if (threadIdx.x < kM * kR) {
-      const int m = threadIdx.x / kR, n = group * kR + threadIdx.x % kR;
-      if (n < g.n) y[int64_t(m) * g.n + n] = StoreT<T>(bias ? v + LoadF(bias, n) : v);
-    }
-    __syncthreads();
-    group += gridDim.x;
-    c = threadIdx.x;
-  }
-  // Rare: groups with a non-finite fast sum, again with scaled weights (overwrites their outputs).
-  for (int i = 0; slow_mask != 0 && i < 64; ++i) {
-    if (!(slow_mask >> i & 1)) continue;
-    if (slow_mask == ~0ull) {  // more than 64 groups, or every one: all of this CTA's groups
-      for (int gr = blockIdx.x; gr < groups; gr += gridDim.x) {
-        SlowGroupWrite<T, kM, kR, kThreads>(x, b, scales, zp, bias, y, g, gr);
-      }
-      break;
-    }
-    SlowGroupWrite<T, kM, kR, kThreads>(x, b, scales, zp, bias, y, g, blockIdx.x + i * gridDim.x);
-  }
-}
-
 namespace {
-
-// grid: as many CTAs as fit on the GPU at once (occupancy x SMs, asked once per instantiation),
-// at most one per row group.
-template <typename T, int kM, int kR, int kThreads>
-void LaunchCcPersistentM(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
-                         const Int4Geom& g, cudaStream_t stream) {
-  static const int per_sm = [] {
-    int v = 1;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, int4_gemv_cc_persistent_kernel<T, kM, kR, kThreads>, kThreads,
-                                                  0);
-    return v > 0 ? v : 1;
-  }();
-  int dev = 0;
-  cudaGetDevice(&dev);
-  const int groups = (g.n + kR - 1) / kR;
-  const int grid = std::min(groups, per_sm * CudaSmCount(dev));
-  int4_gemv_cc_persistent_kernel<T, kM, kR, kThreads><<<grid, kThreads, 0, stream>>>(x, b, s, zp, bias, y, g);
-}
-
-template <typename T, int kR, int kThreads>
-void LaunchCcPersistent(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
-                        const Int4Geom& g, cudaStream_t stream) {
-  switch (g.m) {
-    case 1:
-      LaunchCcPersistentM<T, 1, kR, kThreads>(x, b, s, zp, bias, y, g, stream);
-      break;
-    case 2:
-      LaunchCcPersistentM<T, 2, kR, kThreads>(x, b, s, zp, bias, y, g, stream);
-      break;
-    case 3:
-      LaunchCcPersistentM<T, 3, kR, kThreads>(x, b, s, zp, bias, y, g, stream);
-      break;
-    default:
-      LaunchCcPersistentM<T, 4, kR, kThreads>(x, b, s, zp, bias, y, g, stream);
-  }
-}
 
 template <typename T, int kR, int kThreads, bool kExact = false>
 void LaunchCc(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y, const Int4Geom& g,
@@ -484,12 +319,6 @@ void LaunchInt4GemvCc(int variant, const T* x, const uint8_t* b, const T* s, con
       break;
     case 5:
       LaunchCc<T, 8, 128, true>(x, b, s, zp, bias, y, g, stream);
-      break;
-    case 6:
-      LaunchCcPersistent<T, 4, 128>(x, b, s, zp, bias, y, g, stream);
-      break;
-    case 7:
-      LaunchCcPersistent<T, 8, 128>(x, b, s, zp, bias, y, g, stream);
       break;
     default:
       LaunchCc<T, 4, 128>(x, b, s, zp, bias, y, g, stream);

@@ -1,5 +1,5 @@
 """Every M <= 8 (decode) kernel variant of MatMulInt4 (PYQUANT_INT4_GEMV_VARIANT, read at kernel
-creation; matmul_int4_impl.cu: 0..5 mma.sync small-M, matmul_int4_gemv_impl.cu: 6..13 CUDA-core
+creation; matmul_int4_impl.cu: 0..5 mma.sync small-M, matmul_int4_gemv_impl.cu: 6..11 CUDA-core
 GEMV for M <= 4 and K % 32 == 0) against the float64 reference: odd N (partial row groups), K
 tails inside the last block, K % 32 != 0 (the CUDA-core variants fall back), block sizes
 32..256, symmetric and asymmetric, bias, fp16 and bf16. Outputs are poisoned (NaN) before each
@@ -15,7 +15,7 @@ from tests.cuda.test_cuda_ops import _check_int4, _int4_case, _session
 
 pytestmark = pytest.mark.cuda
 
-N_VARIANTS = 14
+N_VARIANTS = 12
 
 
 @pytest.mark.parametrize("variant", range(N_VARIANTS))
@@ -34,17 +34,14 @@ def test_int4_gemv_variants(rng, variant, dtype, bs, symmetric, kn):
     _check_int4(sess, rng, [1, 2, 3, 4, 5, 8], k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
-@pytest.mark.parametrize("variant", [-1, 6, 7, 8, 9, 10, 11, 12, 13])
+@pytest.mark.parametrize("variant", [-1, 6, 7, 8, 9, 10, 11])
 @pytest.mark.parametrize("bs", [64, 256])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("nonfinite_scale", [False, True])
-@pytest.mark.parametrize("kn", [(2048, 40), (256, 8200)])
-def test_int4_gemv_cc_large_activations(rng, variant, bs, dtype, nonfinite_scale, kn):
+def test_int4_gemv_cc_large_activations(rng, variant, bs, dtype, nonfinite_scale):
     """|X| = 4000 with small scales: the true sums are finite, but the CUDA-core GEMV's fast path
     (unscaled q - zp in fp16 chains of 4) overflows, so those pieces must take the slow path
-    (weights scaled first); also non-finite scales (the slow path's per-weight IEEE semantics).
-    N = 8200: more row groups than resident CTAs, so the persistent variants (12, 13) flag and
-    redo several groups per CTA."""
+    (weights scaled first); also non-finite scales (the slow path's per-weight IEEE semantics)."""
     import numpy as np
 
     from pyquant import layout
@@ -52,7 +49,7 @@ def test_int4_gemv_cc_large_activations(rng, variant, bs, dtype, nonfinite_scale
     from tests.cuda.test_cuda_ops import _as_t, run_cuda
     from tests.ops.graphs import int4_model
 
-    k, n = kn
+    k, n = 2048, 40
     # codes over the whole 0..15 range with random zero points: |q - zp| up to 15, so unscaled
     # (q - zp) * x would reach 6e4 per product; scales ~ 0.005 keep every true partial sum small.
     nb = layout.n_blocks(k, bs)

@@ -19,6 +19,8 @@ struct Fp8Workspace {
 size_t LinearFp8WorkspaceBytes(const LinearFp8Problem& p);
 // Smallest M sent to the Hopper GEMM (below it the small-M mma.sync kernel streams W once).
 constexpr int64_t kFp8Sm90MinM = 17;
+// Fp8Options::sm90_decomposition value "auto" (resolved per call, see below).
+constexpr int kFp8DecompositionAuto = 4;
 
 // Kernel choices of one node, fixed when the kernel is created (CudaFp8Options() reads the
 // environment; tests and benchmarks set it around session creation). Defaults = production.
@@ -26,6 +28,10 @@ struct Fp8Options {
   // PYQUANT_FP8_SM90_MIN_M: smallest M for the Hopper GEMM (a huge value keeps the portable
   // kernels; 1 forces the GEMM down to M = 1).
   int64_t sm90_min_m = kFp8Sm90MinM;
+  // Layers with N * K < 2^25 (4096 x 4096 and smaller) start the Hopper GEMM at this M instead:
+  // there the mma.sync kernel is faster at M = 17..32 (H100: 16.3 vs 21.8 us on 4096 x 4096,
+  // bench/results/2026-11-22-h100-fp8-v2-mid-bench-cuda.md). PYQUANT_FP8_SM90_MIN_M sets both.
+  int64_t sm90_min_m_small = 33;
   // PYQUANT_FP8_GEMV: small-M kernel.
   //   0 "auto": the fused GEMV (linear_fp8_gemv.h) at M = 1 where it fits, else "mma".
   //   1 "mma": fp8_mma_kernel (activations in the MMA's m16 slot, W in n8) for M <= 16.
@@ -36,12 +42,15 @@ struct Fp8Options {
   // Hopper GEMM knobs (sm90::Fp8GemmTuning, fp8_gemm_sm90.h):
   //   PYQUANT_FP8_SM90_TILE     auto | f128 | f256 | c2 | f256c2  -> variant 0..4
   //   PYQUANT_FP8_SM90_PROMOTE  mma_promotion_interval (multiple of 4)
-  //   PYQUANT_FP8_SM90_DECOMP   heuristic | streamk | splitk | dp
+  //   PYQUANT_FP8_SM90_DECOMP   auto | streamk | splitk | dp | heuristic (auto: data-parallel
+  //                             for M <= 256, CUTLASS's stream-K heuristic above; measured 15-20 %
+  //                             faster at M = 48..256 on 4096 x 4096 and equal on 4096 x 14336,
+  //                             bench/results/2026-11-22-h100-fp8-v2-mid-bench-cuda.md)
   //   PYQUANT_FP8_SM90_SPLITS   split-K factor
   //   PYQUANT_FP8_SM90_RASTER   auto | m | n
   //   PYQUANT_FP8_SM90_SWIZZLE  1 | 2 | 4 | 8
   //   PYQUANT_FP8_SM90_REDUCE   det | nondet
-  int sm90_variant = 0, sm90_promote = 0, sm90_decomposition = 0, sm90_splits = 0, sm90_raster = 0,
+  int sm90_variant = 0, sm90_promote = 0, sm90_decomposition = kFp8DecompositionAuto, sm90_splits = 0, sm90_raster = 0,
       sm90_swizzle = 0, sm90_nondeterministic = 0;
 };
 Fp8Options CudaFp8Options();

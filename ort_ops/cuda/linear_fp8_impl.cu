@@ -478,7 +478,7 @@ size_t SxBytes(const LinearFp8Problem& p) { return AlignUp(static_cast<size_t>(p
 // The shape / type / device part of the sm90 decision (pointers are checked at launch).
 template <typename T>
 bool Sm90Candidate(const LinearFp8Problem& p, const Fp8Options& opt, int* device) {
-  const int64_t min_m = opt.sm90_min_m;
+  const int64_t min_m = p.n * p.k < (int64_t{1} << 25) ? opt.sm90_min_m_small : opt.sm90_min_m;
   if (std::is_same<T, float>::value) return false;  // fp16 / bf16 output only
   return p.block_size == 0 && p.m >= min_m && p.k % 16 == 0 && p.n % 8 == 0 && p.m < (int64_t{1} << 31) &&
          p.n < (int64_t{1} << 31) && p.k < (int64_t{1} << 31) && CurrentDeviceIsSm90(device);
@@ -489,7 +489,10 @@ sm90::Fp8GemmArgs Sm90Args(const LinearFp8Problem& p, const uint8_t* xq, const f
   sm90::Fp8GemmArgs a;
   a.tune.variant = opt.sm90_variant;
   a.tune.promote = opt.sm90_promote;
-  a.tune.decomposition = opt.sm90_decomposition;
+  // auto: data-parallel tiles up to M = 256 (measured faster there), CUTLASS's heuristic above.
+  a.tune.decomposition = opt.sm90_decomposition != kFp8DecompositionAuto ? opt.sm90_decomposition
+                         : p.m <= 256                                     ? 3
+                                                                          : 0;
   a.tune.splits = opt.sm90_splits;
   a.tune.raster = opt.sm90_raster;
   a.tune.swizzle = opt.sm90_swizzle;
@@ -649,7 +652,7 @@ cudaError_t LaunchLinearFp8(const LinearFp8Problem& p, Fp8Workspace ws, cudaStre
 template <typename T>
 cudaError_t LaunchLinearFp8Ref(const LinearFp8Problem& p, Fp8Workspace ws, cudaStream_t stream) {
   Fp8Options opt;
-  opt.sm90_min_m = int64_t{1} << 62;
+  opt.sm90_min_m = opt.sm90_min_m_small = int64_t{1} << 62;
   return LaunchLinearFp8Impl<T>(p, ws, stream, true, opt);
 }
 

@@ -45,11 +45,14 @@ int EnvChoice(const char* name, std::initializer_list<const char*> names, int df
 
 Fp8Options CudaFp8Options() {
   Fp8Options o;
-  if (const char* v = Env("PYQUANT_FP8_SM90_MIN_M")) o.sm90_min_m = std::strtoll(v, nullptr, 10);
+  if (const char* v = Env("PYQUANT_FP8_SM90_MIN_M")) o.sm90_min_m = o.sm90_min_m_small = std::strtoll(v, nullptr, 10);
   o.gemv = EnvChoice("PYQUANT_FP8_GEMV", {"auto", "mma", "swap", "fused", "fused1", "fused2", "fused3"}, 0);
   o.sm90_variant = EnvChoice("PYQUANT_FP8_SM90_TILE", {"auto", "f128", "f256", "c2", "f256c2"}, 0);
   o.sm90_promote = EnvInt("PYQUANT_FP8_SM90_PROMOTE", 0);
-  o.sm90_decomposition = EnvChoice("PYQUANT_FP8_SM90_DECOMP", {"heuristic", "streamk", "splitk", "dp"}, 0);
+  // 0..3 as sm90::Fp8GemmTuning::decomposition; 4 "auto" (the default) is resolved per call.
+  o.sm90_decomposition = EnvChoice("PYQUANT_FP8_SM90_DECOMP", {"auto", "streamk", "splitk", "dp", "heuristic"}, 0);
+  if (o.sm90_decomposition == 0) o.sm90_decomposition = kFp8DecompositionAuto;
+  else if (o.sm90_decomposition == 4) o.sm90_decomposition = 0;
   o.sm90_splits = EnvInt("PYQUANT_FP8_SM90_SPLITS", 0);
   o.sm90_raster = EnvChoice("PYQUANT_FP8_SM90_RASTER", {"auto", "m", "n"}, 0);
   o.sm90_swizzle = EnvInt("PYQUANT_FP8_SM90_SWIZZLE", 0);

@@ -91,7 +91,9 @@ def test_fp8_gemv_fused(rng, gemv, dtype, block_size, x_scale, kn):
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("kn", [(4096, 520), (1008, 264), (48, 200), (6160, 8)])
 def test_fp8_sm90_shapes(rng, dtype, x_scale, with_bias, kn):
-    """M > 16, per-channel: the Hopper GEMM on sm_90 (the warp-per-row quantizer in front)."""
+    """M > 16, per-channel: the Hopper GEMM on sm_90 (the warp-per-row quantizer in front) from
+    M = 17, or M = 33 on layers with N * K < 2^25 (all of these: the mma.sync kernel below);
+    data-parallel tiles up to M = 256 (decomposition "auto")."""
     k, n = kn
     model, w8, ws, bias_t = _fp8_case(rng, k, n, 0, dtype, x_scale, with_bias)
     sess = _fp8_session(model)
@@ -190,6 +192,7 @@ def test_fp8_sm90_tile_variants(rng, dtype, tile, kn):
 
 
 KNOBS = [
+    {"PYQUANT_FP8_SM90_DECOMP": "heuristic"},
     {"PYQUANT_FP8_SM90_DECOMP": "splitk", "PYQUANT_FP8_SM90_SPLITS": "4"},
     {"PYQUANT_FP8_SM90_DECOMP": "splitk", "PYQUANT_FP8_SM90_SPLITS": "3"},
     {"PYQUANT_FP8_SM90_DECOMP": "dp"},

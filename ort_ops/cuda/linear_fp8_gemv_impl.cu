@@ -106,9 +106,9 @@ __global__ void __launch_bounds__(kThreads)
       float v = 0.0f;
 #pragma unroll
       for (int i = 0; i < kWarps; ++i) v = fmaxf(v, red_max[threadIdx.x][i]);
-      // DynamicFp8RowScale (ops/linear_fp8.h), the same float32 operations.
-      inv_s[threadIdx.x] = v == 0.0f ? 1.0f : kFp8E4M3Max / v;
-      row_s[threadIdx.x] = v == 0.0f ? 1.0f : v / kFp8E4M3Max;
+      const Fp8RowScale rs = DynamicFp8RowScale(v);
+      inv_s[threadIdx.x] = rs.inv;
+      row_s[threadIdx.x] = rs.s_x;
     }
   }
   __syncthreads();

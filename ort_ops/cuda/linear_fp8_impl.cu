@@ -70,9 +70,9 @@ __global__ void quantize_rows_fp8_kernel(const T* __restrict__ x, uint8_t* __res
       float v = threadIdx.x < (blockDim.x >> 5) ? warp_max[threadIdx.x] : 0.0f;
       v = WarpMax(v);
       if (threadIdx.x == 0) {
-        // DynamicFp8RowScale (ops/linear_fp8.h), same float32 operations.
-        row_inv = v == 0.0f ? 1.0f : kFp8E4M3Max / v;
-        row_s = v == 0.0f ? 1.0f : v / kFp8E4M3Max;
+        const Fp8RowScale rs = DynamicFp8RowScale(v);
+        row_inv = rs.inv;
+        row_s = rs.s_x;
       }
     }
   }
@@ -133,9 +133,9 @@ __global__ void __launch_bounds__(kGroup == 32 ? 256 : kGroup)
 #pragma unroll
       for (int w = 0; w < kGroup / 32; ++w) amax = fmaxf(amax, warp_max[w]);
     }
-    // DynamicFp8RowScale (ops/linear_fp8.h), same float32 operations.
-    inv = amax == 0.0f ? 1.0f : kFp8E4M3Max / amax;
-    s = amax == 0.0f ? 1.0f : amax / kFp8E4M3Max;
+    const Fp8RowScale rs = DynamicFp8RowScale(amax);
+    inv = rs.inv;
+    s = rs.s_x;
   }
   if (!row_ok) return;
   uint8_t* qr = xq + int64_t(row) * k;

@@ -146,14 +146,10 @@ struct GemvMath<__nv_bfloat16> {
         : zb2(ZeroBias2<__nv_bfloat16>(p.zp)), s2(p.s2) {}
     template <bool kScaled>
     __device__ __forceinline__ void Word(uint32_t v, __nv_bfloat162 (&w)[4]) const {
-      const uint32_t v4 = v >> 4;
+      uint32_t o[4];
+      DequantWord<__nv_bfloat16, kScaled>(v, zb2, s2, o);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t q = Lop3AndOr(__byte_perm(v, v4, j | ((4 + j) << 8)), 0x000F000Fu, 0x43004300u);
-        const uint32_t d = Sub2<__nv_bfloat16>(q, zb2);
-        const uint32_t o = kScaled ? Mul2<__nv_bfloat16>(d, s2) : d;
-        w[j] = *reinterpret_cast<const __nv_bfloat162*>(&o);
-      }
+      for (int j = 0; j < 4; ++j) w[j] = *reinterpret_cast<const __nv_bfloat162*>(&o[j]);
     }
   };
   __device__ __forceinline__ static void XPairs(const uint4& xv, __nv_bfloat162 (&xp)[4]) {

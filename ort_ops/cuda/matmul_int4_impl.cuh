@@ -135,7 +135,8 @@ __device__ __forceinline__ uint32_t ZeroBias2(int zp) {
 // layout: low nibble = even k) -> four T pairs out[j] = (w[2j], w[2j+1]), w = (q - zp) * s.
 // prmt puts byte j of v in byte 0 and byte j of (v >> 4) in byte 2; lop3 keeps the two low
 // nibbles and ORs in the magic exponent: 1 shift + 4 x (prmt, lop3, sub, mul) per 8 weights.
-template <typename T>
+// kScale = false: out[j] = (q - zp) pairs, exact (s2 unused).
+template <typename T, bool kScale = true>
 __device__ __forceinline__ void DequantWord(uint32_t v, uint32_t zb2, uint32_t s2, uint32_t (&out)[4]) {
   const uint32_t v4 = v >> 4;
 #pragma unroll
@@ -143,7 +144,7 @@ __device__ __forceinline__ void DequantWord(uint32_t v, uint32_t zb2, uint32_t s
     const uint32_t p = __byte_perm(v, v4, j | ((4 + j) << 8));
     uint32_t q;
     asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(q) : "r"(p), "n"(0x000F000F), "n"(Int4Magic<T>::kBits));
-    out[j] = Mul2<T>(Sub2<T>(q, zb2), s2);
+    out[j] = kScale ? Mul2<T>(Sub2<T>(q, zb2), s2) : Sub2<T>(q, zb2);
   }
 }
 

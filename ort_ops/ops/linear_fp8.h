@@ -41,12 +41,13 @@ OpDef LinearFp8OpDef(ONNXTensorElementDataType t, const char* execution_provider
 
 // The activation-quantization rule of docs/ops.md, for one row: from amax (max |x|, NaN
 // ignored) to the multiplier `inv` applied before the saturating cast and the scale `s_x`
-// applied to the row's dot products. Shared by the CPU kernel; the CUDA kernels must match it.
+// applied to the row's dot products. Shared by the CPU kernel and the CUDA kernels (host and
+// device; IEEE float32 division, the library is built without fast-math).
 struct Fp8RowScale {
   float inv;
   float s_x;
 };
-inline Fp8RowScale DynamicFp8RowScale(float amax) {
+PYQUANT_HD Fp8RowScale DynamicFp8RowScale(float amax) {
   if (amax == 0.0f) return {1.0f, 1.0f};
   return {kFp8E4M3Max / amax, amax / kFp8E4M3Max};
 }

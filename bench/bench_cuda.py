@@ -25,6 +25,8 @@ Methods (fp16 activations):
   pyquant_fp8_<variant>  pyquant_fp8 under the environment switches of METHOD_ENV (swap, f128, f256,
                     c2, f256c2, p8, p16, rm2, rn4, dp, sk, split2/4/8, nondet, sm90min<M>; see
                     ort_ops/cuda/linear_fp8.h) (not in the default list)
+  pyquant_{int4,fp8}_nopdl / _pdllate  programmatic dependent launch off (PYQUANT_CUDA_PDL=0) / on
+                    without early weight loads ("late"): ort_ops/cuda/pdl.h (not in the default list)
   torch_scaled_mm_q torch per-token activation quantization (amax, scale, e4m3 cast: the same work
                     as pyquant_fp8) + torch._scaled_mm with row-wise scales (s_x [M, 1], s_w [1, N]),
                     bf16 out (what torch supports for row-wise scales) (not in the default list)
@@ -82,10 +84,19 @@ METHOD_ENV = {
     "pyquant_fp8_rn4": {"PYQUANT_FP8_SM90_RASTER": "n", "PYQUANT_FP8_SM90_SWIZZLE": "4"},
     "pyquant_fp8_dp": {"PYQUANT_FP8_SM90_DECOMP": "dp"},
     "pyquant_fp8_sk": {"PYQUANT_FP8_SM90_DECOMP": "streamk"},
-    **{f"pyquant_fp8_split{s}": {"PYQUANT_FP8_SM90_DECOMP": "splitk", "PYQUANT_FP8_SM90_SPLITS": str(s)} for s in (2, 4, 8)},
+    **{
+        f"pyquant_fp8_split{s}": {"PYQUANT_FP8_SM90_DECOMP": "splitk", "PYQUANT_FP8_SM90_SPLITS": str(s)}
+        for s in (2, 4, 8)
+    },
     "pyquant_fp8_nondet": {"PYQUANT_FP8_SM90_REDUCE": "nondet"},
     **{f"pyquant_fp8_sm90min{m}": {"PYQUANT_FP8_SM90_MIN_M": str(m)} for m in (33, 49, 65, 129)},
     **{f"pyquant_int4_v{i}": {"PYQUANT_INT4_GEMV_VARIANT": str(i)} for i in range(12)},
+    # Programmatic dependent launch (ort_ops/cuda/pdl.h) off, or on without early weight loads.
+    **{
+        f"pyquant_{op}_{name}": {"PYQUANT_CUDA_PDL": value}
+        for op in ("int4", "fp8")
+        for name, value in (("nopdl", "0"), ("pdllate", "late"))
+    },
 }
 
 

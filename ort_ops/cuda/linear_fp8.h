@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "cuda/pdl.h"
 #include "ops/linear_fp8.h"
 
 namespace pyquant {
@@ -67,9 +68,10 @@ size_t LinearFp8WorkspaceBytesT(const LinearFp8Problem& p, const Fp8Options& opt
 // N % 8 == 0; else the mma.sync kernels when K % 16 == 0 and block_size is 0 or >= 64 (reference
 // kernel otherwise). LaunchLinearFp8Ref: quantization + the plain reference GEMM (ground truth;
 // PYQUANT_CUDA_KERNELS=ref selects it for every node).
+// pdl: programmatic dependent launch of the quantizer and small-M kernels (cuda/pdl.h).
 template <typename T>
 cudaError_t LaunchLinearFp8(const LinearFp8Problem& p, Fp8Workspace ws, cudaStream_t stream,
-                            const Fp8Options& opt = Fp8Options{});
+                            const Fp8Options& opt = Fp8Options{}, PdlMode pdl = {});
 template <typename T>
 cudaError_t LaunchLinearFp8Ref(const LinearFp8Problem& p, Fp8Workspace ws, cudaStream_t stream);
 

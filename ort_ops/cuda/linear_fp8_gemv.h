@@ -6,6 +6,7 @@
 
 #include <cstddef>
 
+#include "cuda/pdl.h"
 #include "ops/linear_fp8.h"
 
 namespace pyquant {
@@ -22,6 +23,6 @@ constexpr int kFp8GemvFusedVariants = 4;
 bool Fp8GemvFusedFits(const LinearFp8Problem& p, size_t elem_bytes);
 // p.x, p.w, p.w_scale, p.bias, p.y device pointers; p.x_scale host value. T = __half / __nv_bfloat16.
 template <typename T>
-cudaError_t LaunchFp8GemvFused(const LinearFp8Problem& p, int variant, cudaStream_t stream);
+cudaError_t LaunchFp8GemvFused(const LinearFp8Problem& p, int variant, PdlMode pdl, cudaStream_t stream);
 
 }  // namespace pyquant

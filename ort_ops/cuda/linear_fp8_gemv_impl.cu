@@ -68,11 +68,13 @@ __device__ __forceinline__ void QuantX16(const uint4& a, const uint4& b, float i
 //   x [M, K] T (M = kM), static_scale / x_scale: the static activation scale (else dynamic per
 //   row), w [N, K] e4m3, w_scale [N, nsb] float (nsb = 1 per channel, else ceil(K / 2^bs_log2)),
 //   bias [N] T or nullptr, y [M, N] T. grid.x = ceil(N / kR), block = kThreads.
+//   weights_early: w / w_scale are constant initializers, so the first pieces may be loaded before
+//   the previous grid completes (PDL, cuda/pdl.h).
 template <typename T, int kM, int kR, int kThreads, bool kBlockScale>
 __global__ void __launch_bounds__(kThreads)
     fp8_gemv_fused_kernel(const T* __restrict__ x, int static_scale, float x_scale, const uint8_t* __restrict__ w,
                           const float* __restrict__ w_scale, const T* __restrict__ bias, T* __restrict__ y, int n,
-                          int k, int bs_log2, int nsb) {
+                          int k, int bs_log2, int nsb, bool weights_early) {
   constexpr int kWarps = kThreads / 32;
   const int n0 = blockIdx.x * kR;
   const int pieces = k >> 4;  // K % 16 == 0
@@ -81,11 +83,15 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int r = 0; r < kR; ++r) rows[r] = min(n0 + r, n - 1);  // rows past N recompute row N-1, never stored
 
-  // First weights in flight before the amax pass (clamped: unconditional loads).
+  // First weights in flight before the amax pass (clamped: unconditional loads) and, with PDL,
+  // while the previous grid drains; X is read only after it has completed.
+  PdlAllowDependents();
+  if (!weights_early) PdlWaitPrimary();
   uint4 cur[kR];
   int c = threadIdx.x;
 #pragma unroll
   for (int r = 0; r < kR; ++r) cur[r] = LoadStream16(w + int64_t(rows[r]) * k + 16 * min(c, pieces - 1));
+  if (weights_early) PdlWaitPrimary();
 
   // Row scales: amax over the whole row (NaN ignored by fmaxf), then the rule of the quantizers.
   __shared__ float red_max[kM][kWarps];
@@ -167,39 +173,28 @@ __global__ void __launch_bounds__(kThreads)
 namespace {
 
 template <typename T, int kR, int kThreads, bool kBlock>
-void LaunchFused(const LinearFp8Problem& p, int bs_log2, cudaStream_t stream) {
+void LaunchFused(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.n + kR - 1) / kR));
   const T* x = static_cast<const T*>(p.x);
   const T* bias = static_cast<const T*>(p.bias);
   T* y = static_cast<T*>(p.y);
   const int st = p.static_scale ? 1 : 0, n = static_cast<int>(p.n), k = static_cast<int>(p.k);
   const int nsb = static_cast<int>(p.n_scale_blocks);
-#define PYQUANT_FUSED(M)                                                                                    \
-  fp8_gemv_fused_kernel<T, M, kR, kThreads, kBlock><<<grid, kThreads, 0, stream>>>(x, st, p.x_scale, p.w, \
-                                                                                   p.w_scale, bias, y, n, k, \
-                                                                                   bs_log2, nsb)
-  switch (p.m) {
-    case 1:
-      PYQUANT_FUSED(1);
-      break;
-    case 2:
-      PYQUANT_FUSED(2);
-      break;
-    case 3:
-      PYQUANT_FUSED(3);
-      break;
-    default:
-      PYQUANT_FUSED(4);
-  }
-#undef PYQUANT_FUSED
+  auto kernel = fp8_gemv_fused_kernel<T, 4, kR, kThreads, kBlock>;
+  if (p.m == 1) kernel = fp8_gemv_fused_kernel<T, 1, kR, kThreads, kBlock>;
+  if (p.m == 2) kernel = fp8_gemv_fused_kernel<T, 2, kR, kThreads, kBlock>;
+  if (p.m == 3) kernel = fp8_gemv_fused_kernel<T, 3, kR, kThreads, kBlock>;
+  // Launch errors are left for the caller's cudaGetLastError().
+  (void)LaunchWithPdl(kernel, grid, dim3(kThreads), stream, pdl.launch, x, st, p.x_scale, p.w, p.w_scale, bias, y, n,
+                      k, bs_log2, nsb, pdl.weights_early);
 }
 
 template <typename T, int kR, int kThreads>
-void LaunchFusedScales(const LinearFp8Problem& p, int bs_log2, cudaStream_t stream) {
+void LaunchFusedScales(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cudaStream_t stream) {
   if (p.block_size != 0) {
-    LaunchFused<T, kR, kThreads, true>(p, bs_log2, stream);
+    LaunchFused<T, kR, kThreads, true>(p, bs_log2, pdl, stream);
   } else {
-    LaunchFused<T, kR, kThreads, false>(p, bs_log2, stream);
+    LaunchFused<T, kR, kThreads, false>(p, bs_log2, pdl, stream);
   }
 }
 
@@ -212,26 +207,26 @@ bool Fp8GemvFusedFits(const LinearFp8Problem& p, size_t elem_bytes) {
 }
 
 template <typename T>
-cudaError_t LaunchFp8GemvFused(const LinearFp8Problem& p, int variant, cudaStream_t stream) {
+cudaError_t LaunchFp8GemvFused(const LinearFp8Problem& p, int variant, PdlMode pdl, cudaStream_t stream) {
   int bs_log2 = 0;
   while (p.block_size && (int64_t{1} << bs_log2) < p.block_size) ++bs_log2;
   switch (variant) {
     case 1:
-      LaunchFusedScales<T, 2, 128>(p, bs_log2, stream);
+      LaunchFusedScales<T, 2, 128>(p, bs_log2, pdl, stream);
       break;
     case 2:
-      LaunchFusedScales<T, 8, 128>(p, bs_log2, stream);
+      LaunchFusedScales<T, 8, 128>(p, bs_log2, pdl, stream);
       break;
     case 3:
-      LaunchFusedScales<T, 4, 256>(p, bs_log2, stream);
+      LaunchFusedScales<T, 4, 256>(p, bs_log2, pdl, stream);
       break;
     default:
-      LaunchFusedScales<T, 4, 128>(p, bs_log2, stream);
+      LaunchFusedScales<T, 4, 128>(p, bs_log2, pdl, stream);
   }
   return cudaGetLastError();
 }
 
-template cudaError_t LaunchFp8GemvFused<__half>(const LinearFp8Problem&, int, cudaStream_t);
-template cudaError_t LaunchFp8GemvFused<__nv_bfloat16>(const LinearFp8Problem&, int, cudaStream_t);
+template cudaError_t LaunchFp8GemvFused<__half>(const LinearFp8Problem&, int, PdlMode, cudaStream_t);
+template cudaError_t LaunchFp8GemvFused<__nv_bfloat16>(const LinearFp8Problem&, int, PdlMode, cudaStream_t);
 
 }  // namespace pyquant

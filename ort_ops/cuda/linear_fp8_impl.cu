@@ -51,6 +51,8 @@ size_t AlignUp(size_t v) { return (v + 255) & ~size_t{255}; }
 template <typename T>
 __global__ void quantize_rows_fp8_kernel(const T* __restrict__ x, uint8_t* __restrict__ xq, float* __restrict__ s_x,
                                          int64_t k, int static_scale, float x_scale) {
+  PdlAllowDependents();  // PDL (cuda/pdl.h): the GEMM after this may start loading its weights
+  PdlWaitPrimary();
   const int64_t row = blockIdx.x;
   const T* xr = x + row * k;
   __shared__ float warp_max[32];
@@ -102,6 +104,8 @@ __global__ void __launch_bounds__(kGroup == 32 ? 256 : kGroup)
   const int nvec = k / kE;
   const uint4* xr = reinterpret_cast<const uint4*>(x) + int64_t(row_ok ? row : 0) * nvec;
   const bool in_regs = nvec <= kGroup * kNV;
+  PdlAllowDependents();  // PDL (cuda/pdl.h): the GEMM after this may start loading its weights
+  PdlWaitPrimary();
 
   uint4 v[kNV];
   float amax = 0.0f;
@@ -214,7 +218,7 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __r
                                                               const uint8_t* __restrict__ w,
                                                               const float* __restrict__ w_scale,
                                                               const T* __restrict__ bias, T* __restrict__ y,
-                                                              Fp8Geom g) {
+                                                              Fp8Geom g, bool weights_early) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gr = lane >> 2, t = lane & 3;
   const int n0 = blockIdx.x * 8;
@@ -296,6 +300,18 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __r
   // own basic block, values live across the loop's back edge) before this group's MMAs. Loads
   // and their uses in one block let ptxas interleave them to save registers, which left one or
   // two 16-byte loads in flight per thread (SASS of the previous version).
+  // PDL (cuda/pdl.h): xq is written by the quantizer just before, so nothing is loaded into
+  // registers before the wait; with constant weights the first group's W lines are prefetched
+  // into L2 meanwhile.
+  PdlAllowDependents();
+  if (weights_early) {
+#pragma unroll
+    for (int uu = 0; uu < U; ++uu) {
+      const int kb = (warp + uu * kWarps) * 64 + 16 * t;
+      if (warp + uu * kWarps < g.n_chunks && kb < g.k && col < g.n) PrefetchL2(w + int64_t(col) * g.k + kb);
+    }
+  }
+  PdlWaitPrimary();
   uint4 wv[U], xv[U][MT][kH];
   if (warp < g.n_chunks) load_group(warp, wv, xv);
   for (int c0 = warp; c0 < g.n_chunks; c0 += U * kWarps) {
@@ -513,21 +529,22 @@ sm90::Fp8GemmArgs Sm90Args(const LinearFp8Problem& p, const uint8_t* xq, const f
 
 // Stage 1 for every path: xq, s_x from X.
 template <typename T>
-void LaunchQuantize(const LinearFp8Problem& p, uint8_t* xq, float* s_x, cudaStream_t stream) {
+void LaunchQuantize(const LinearFp8Problem& p, uint8_t* xq, float* s_x, bool pdl, cudaStream_t stream) {
   const int st = p.static_scale ? 1 : 0;
   const bool vec_ok = (p.k * int64_t(sizeof(T))) % 16 == 0 && (reinterpret_cast<uintptr_t>(p.x) & 15) == 0 &&
                       p.m * p.k < (int64_t{1} << 31);
   const T* x = static_cast<const T*>(p.x);
   if (vec_ok && p.m <= 16) {
     // One 512-thread CTA per row, up to 4 vectors per thread in registers (K <= 16384 for fp16).
-    quantize_rows_vec_kernel<T, 512, 4><<<static_cast<unsigned>(p.m), 512, 0, stream>>>(
-        x, xq, s_x, static_cast<int>(p.m), static_cast<int>(p.k), st, p.x_scale);
+    (void)LaunchWithPdl(quantize_rows_vec_kernel<T, 512, 4>, dim3(static_cast<unsigned>(p.m)), dim3(512), stream, pdl,
+                        x, xq, s_x, static_cast<int>(p.m), static_cast<int>(p.k), st, p.x_scale);
   } else if (vec_ok) {
     // A warp per row, up to 16 vectors per lane in registers (K <= 4096 for fp16, 2048 fp32).
-    quantize_rows_vec_kernel<T, 32, 16><<<static_cast<unsigned>((p.m + 7) / 8), 256, 0, stream>>>(
-        x, xq, s_x, static_cast<int>(p.m), static_cast<int>(p.k), st, p.x_scale);
+    (void)LaunchWithPdl(quantize_rows_vec_kernel<T, 32, 16>, dim3(static_cast<unsigned>((p.m + 7) / 8)), dim3(256),
+                        stream, pdl, x, xq, s_x, static_cast<int>(p.m), static_cast<int>(p.k), st, p.x_scale);
   } else {
-    quantize_rows_fp8_kernel<T><<<static_cast<unsigned>(p.m), 256, 0, stream>>>(x, xq, s_x, p.k, st, p.x_scale);
+    (void)LaunchWithPdl(quantize_rows_fp8_kernel<T>, dim3(static_cast<unsigned>(p.m)), dim3(256), stream, pdl, x, xq,
+                        s_x, p.k, st, p.x_scale);
   }
 }
 
@@ -560,18 +577,18 @@ bool Fp8FastPath(const LinearFp8Problem& p) {
 }
 
 template <typename T, int MT, bool kBlock, bool kLow8 = false>
-void LaunchFp8Mma(const LinearFp8Problem& p, const uint8_t* xq, const float* s_x, const Fp8Geom& g,
+void LaunchFp8Mma(const LinearFp8Problem& p, const uint8_t* xq, const float* s_x, const Fp8Geom& g, PdlMode pdl,
                   cudaStream_t stream) {
   dim3 grid(static_cast<unsigned>((p.n + 7) / 8), static_cast<unsigned>((p.m + 16 * MT - 1) / (16 * MT)));
-  fp8_mma_kernel<T, MT, 4, kBlock, kLow8><<<grid, 128, 0, stream>>>(
-      xq, s_x, p.w, p.w_scale, static_cast<const T*>(p.bias), static_cast<T*>(p.y), g);
+  (void)LaunchWithPdl(fp8_mma_kernel<T, MT, 4, kBlock, kLow8>, grid, dim3(128), stream, pdl.launch, xq, s_x, p.w,
+                      p.w_scale, static_cast<const T*>(p.bias), static_cast<T*>(p.y), g, pdl.weights_early);
 }
 
 }  // namespace
 
 template <typename T>
 cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cudaStream_t stream, bool force_ref,
-                                const Fp8Options& opt) {
+                                const Fp8Options& opt, PdlMode pdl) {
   if (p.m == 0) return cudaSuccess;
   if (p.m > 65535 || ws.bytes < LinearFp8WorkspaceBytes(p)) return cudaErrorInvalidConfiguration;
   if constexpr (!std::is_same<T, float>::value) {
@@ -585,12 +602,12 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
 #endif
     (void)device;
     if (!force_ref && fused_allowed && !sm90 && Fp8GemvFusedFits(p, sizeof(T))) {
-      return LaunchFp8GemvFused<T>(p, opt.gemv >= 3 ? opt.gemv - 3 : 0, stream);
+      return LaunchFp8GemvFused<T>(p, opt.gemv >= 3 ? opt.gemv - 3 : 0, pdl, stream);
     }
   }
   uint8_t* xq = static_cast<uint8_t*>(ws.data);
   float* s_x = reinterpret_cast<float*>(static_cast<char*>(ws.data) + XqBytes(p));
-  LaunchQuantize<T>(p, xq, s_x, stream);
+  LaunchQuantize<T>(p, xq, s_x, pdl.launch, stream);
   if (!force_ref && Fp8FastPath(p)) {
 #if PYQUANT_WITH_SM90
     int device = 0;
@@ -628,12 +645,14 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
         fp8_gemv_swap_kernel<T, 4, false><<<grid, 128, 0, stream>>>(xq, s_x, p.w, p.w_scale, bias, y, g);
       }
     } else if (p.m <= 8) {
-      block ? LaunchFp8Mma<T, 1, true, true>(p, xq, s_x, g, stream)
-            : LaunchFp8Mma<T, 1, false, true>(p, xq, s_x, g, stream);
+      block ? LaunchFp8Mma<T, 1, true, true>(p, xq, s_x, g, pdl, stream)
+            : LaunchFp8Mma<T, 1, false, true>(p, xq, s_x, g, pdl, stream);
     } else if (p.m <= 16) {
-      block ? LaunchFp8Mma<T, 1, true>(p, xq, s_x, g, stream) : LaunchFp8Mma<T, 1, false>(p, xq, s_x, g, stream);
+      block ? LaunchFp8Mma<T, 1, true>(p, xq, s_x, g, pdl, stream)
+            : LaunchFp8Mma<T, 1, false>(p, xq, s_x, g, pdl, stream);
     } else {
-      block ? LaunchFp8Mma<T, 2, true>(p, xq, s_x, g, stream) : LaunchFp8Mma<T, 2, false>(p, xq, s_x, g, stream);
+      block ? LaunchFp8Mma<T, 2, true>(p, xq, s_x, g, pdl, stream)
+            : LaunchFp8Mma<T, 2, false>(p, xq, s_x, g, pdl, stream);
     }
     return cudaGetLastError();
   }
@@ -646,19 +665,21 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
 }
 
 template <typename T>
-cudaError_t LaunchLinearFp8(const LinearFp8Problem& p, Fp8Workspace ws, cudaStream_t stream, const Fp8Options& opt) {
-  return LaunchLinearFp8Impl<T>(p, ws, stream, false, opt);
+cudaError_t LaunchLinearFp8(const LinearFp8Problem& p, Fp8Workspace ws, cudaStream_t stream, const Fp8Options& opt,
+                            PdlMode pdl) {
+  return LaunchLinearFp8Impl<T>(p, ws, stream, false, opt, pdl);
 }
 template <typename T>
 cudaError_t LaunchLinearFp8Ref(const LinearFp8Problem& p, Fp8Workspace ws, cudaStream_t stream) {
   Fp8Options opt;
   opt.sm90_min_m = opt.sm90_min_m_small = int64_t{1} << 62;
-  return LaunchLinearFp8Impl<T>(p, ws, stream, true, opt);
+  return LaunchLinearFp8Impl<T>(p, ws, stream, true, opt, PdlMode{});
 }
 
 #define PYQUANT_INSTANTIATE(T)                                                                     \
   template size_t LinearFp8WorkspaceBytesT<T>(const LinearFp8Problem&, const Fp8Options&);           \
-  template cudaError_t LaunchLinearFp8<T>(const LinearFp8Problem&, Fp8Workspace, cudaStream_t, const Fp8Options&); \
+  template cudaError_t LaunchLinearFp8<T>(const LinearFp8Problem&, Fp8Workspace, cudaStream_t, const Fp8Options&,  \
+                                          PdlMode);                                                              \
   template cudaError_t LaunchLinearFp8Ref<T>(const LinearFp8Problem&, Fp8Workspace, cudaStream_t);
 PYQUANT_INSTANTIATE(float)
 PYQUANT_INSTANTIATE(__half)

@@ -68,6 +68,12 @@ class LinearFp8Cuda final : public Kernel {
   explicit LinearFp8Cuda(const OrtKernelInfo* info)
       : attrs_(ReadLinearFp8Attrs(info)), force_ref_(CudaForceReferenceKernels()), opt_(CudaFp8Options()) {
     CheckLinearFp8Constants(info, attrs_, kType);
+    // PDL's early weight loads only from initializers (cuda/pdl.h).
+    bool w_constant = false, w_scale_constant = false;
+    GetConstantInput(info, kF8W, &w_constant);
+    GetConstantInput(info, kF8WScale, &w_scale_constant);
+    weights_constant_ = w_constant && w_scale_constant;
+    pdl_setting_ = CudaPdlSetting();
   }
   void Compute(OrtKernelContext* ctx) override {
     const LinearFp8Problem p = BindLinearFp8(ctx, attrs_, kType);
@@ -78,7 +84,8 @@ class LinearFp8Cuda final : public Kernel {
     // kernel serves this shape (sized here, outside any graph capture on the first run).
     Fp8Workspace ws =
         Scratch(force_ref_ ? LinearFp8WorkspaceBytes(p) : LinearFp8WorkspaceBytesT<T>(p, opt_), stream);
-    ThrowOnCudaError(force_ref_ ? LaunchLinearFp8Ref<T>(p, ws, stream) : LaunchLinearFp8<T>(p, ws, stream, opt_),
+    const PdlMode pdl = MakePdlMode(pdl_setting_, weights_constant_);
+    ThrowOnCudaError(force_ref_ ? LaunchLinearFp8Ref<T>(p, ws, stream) : LaunchLinearFp8<T>(p, ws, stream, opt_, pdl),
                      "LinearFp8 kernel launch");
   }
  private:
@@ -91,6 +98,8 @@ class LinearFp8Cuda final : public Kernel {
   LinearFp8Attrs attrs_;
   bool force_ref_;
   Fp8Options opt_;  // kernel choices, read from the environment at creation
+  bool weights_constant_ = false;
+  PdlSetting pdl_setting_ = PdlSetting::kOn;
   std::mutex mu_;
   DeviceScratch scratch_;
 };

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda/pdl.h"
 #include "ops/matmul_int4.h"
 
 namespace pyquant {
@@ -49,9 +50,11 @@ template <typename T>
 size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m = kInt4TiledMinM,
                                 const Int4Sm90Prepared* sm90 = nullptr);
 // gemv_variant: the M <= 8 kernel variant (matmul_int4_impl.cu), -1 = the default choice.
+// pdl: programmatic dependent launch of the small-M kernels (M <= 64; cuda/pdl.h).
 template <typename T>
 cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, int64_t tiled_min_m = kInt4TiledMinM,
-                             Int4Workspace ws = {}, const Int4Sm90Prepared* sm90 = nullptr, int gemv_variant = -1);
+                             Int4Workspace ws = {}, const Int4Sm90Prepared* sm90 = nullptr, int gemv_variant = -1,
+                             PdlMode pdl = {});
 
 // True when this build has the sm90 GEMM, the current device is compute capability 9.0, and the
 // problem's shape / type / block size suit it (pointers aside): worth preparing for.

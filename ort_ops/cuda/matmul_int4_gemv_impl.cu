@@ -25,6 +25,7 @@
 // 16-byte aligned, M <= 4.
 #include "cuda/matmul_int4.h"
 #include "cuda/matmul_int4_impl.cuh"
+#include "cuda/pdl.h"
 
 namespace pyquant {
 
@@ -179,10 +180,13 @@ __device__ __forceinline__ float SlowPiece(const typename GemvMath<T>::Decoder& 
 
 //   x [M, K] T (M = kM), b [N, row_bytes] codes, scales [N, nb] T, zp [N, zp_row_bytes] or
 //   nullptr, bias [N] T or nullptr, y [M, N] T. grid.x = ceil(N / kR), block = kThreads.
+//   weights_early: b / scales / zp are constant initializers, so the first pieces may be loaded
+//   before the previous grid completes (PDL, cuda/pdl.h).
 template <typename T, int kM, int kR, int kThreads, bool kExactPrefetch>
 __global__ void __launch_bounds__(kThreads)
     int4_gemv_cc_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
-                        const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g) {
+                        const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
+                        bool weights_early) {
   using Math = GemvMath<T>;
   using T2 = typename Math::T2;
   const int n0 = blockIdx.x * kR;
@@ -201,6 +205,10 @@ __global__ void __launch_bounds__(kThreads)
   // unconditional loads (a clamped index past the end re-reads the last piece; fewer registers);
   // true: only where there is a next piece (at K = 4096 every thread has one piece per row, and
   // the clamped re-read costs every warp an L2 round trip before it can exit).
+  // PDL: the next GEMV may be scheduled as soon as every CTA of this one has started; the first
+  // pieces (at K <= 4096 all of this thread's weights) are in flight while the previous grid drains.
+  PdlAllowDependents();
+  if (!weights_early) PdlWaitPrimary();
   GemvPiece cur[kR];
   bool slow = false;  // a piece needs the slow path (see the error note above GemvMath)
   int c = threadIdx.x;
@@ -208,6 +216,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int r = 0; r < kR; ++r) cur[r] = LoadGemvPiece<T>(b, scales, zp, g, rows[r], min(c, pieces - 1));
   }
+  if (weights_early) PdlWaitPrimary();  // X and Y only after the previous grid is complete
   for (; c < pieces; c += kThreads) {
     GemvPiece nxt[kR];
     const int cn = kExactPrefetch ? c + kThreads : min(c + kThreads, pieces - 1);
@@ -278,53 +287,46 @@ namespace {
 
 template <typename T, int kR, int kThreads, bool kExact = false>
 void LaunchCc(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y, const Int4Geom& g,
-              cudaStream_t stream) {
+              PdlMode pdl, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((g.n + kR - 1) / kR));
-  switch (g.m) {
-    case 1:
-      int4_gemv_cc_kernel<T, 1, kR, kThreads, kExact><<<grid, kThreads, 0, stream>>>(x, b, s, zp, bias, y, g);
-      break;
-    case 2:
-      int4_gemv_cc_kernel<T, 2, kR, kThreads, kExact><<<grid, kThreads, 0, stream>>>(x, b, s, zp, bias, y, g);
-      break;
-    case 3:
-      int4_gemv_cc_kernel<T, 3, kR, kThreads, kExact><<<grid, kThreads, 0, stream>>>(x, b, s, zp, bias, y, g);
-      break;
-    default:
-      int4_gemv_cc_kernel<T, 4, kR, kThreads, kExact><<<grid, kThreads, 0, stream>>>(x, b, s, zp, bias, y, g);
-  }
+  auto kernel = int4_gemv_cc_kernel<T, 4, kR, kThreads, kExact>;
+  if (g.m == 1) kernel = int4_gemv_cc_kernel<T, 1, kR, kThreads, kExact>;
+  if (g.m == 2) kernel = int4_gemv_cc_kernel<T, 2, kR, kThreads, kExact>;
+  if (g.m == 3) kernel = int4_gemv_cc_kernel<T, 3, kR, kThreads, kExact>;
+  // Launch errors are left for the caller's cudaGetLastError().
+  (void)LaunchWithPdl(kernel, grid, dim3(kThreads), stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
 }
 
 }  // namespace
 
 template <typename T>
 void LaunchInt4GemvCc(int variant, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
-                      const Int4Geom& g, cudaStream_t stream) {
+                      const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   switch (variant) {
     case 1:
-      LaunchCc<T, 2, 128>(x, b, s, zp, bias, y, g, stream);
+      LaunchCc<T, 2, 128>(x, b, s, zp, bias, y, g, pdl, stream);
       break;
     case 2:
-      LaunchCc<T, 8, 128>(x, b, s, zp, bias, y, g, stream);
+      LaunchCc<T, 8, 128>(x, b, s, zp, bias, y, g, pdl, stream);
       break;
     case 3:
-      LaunchCc<T, 4, 256>(x, b, s, zp, bias, y, g, stream);
+      LaunchCc<T, 4, 256>(x, b, s, zp, bias, y, g, pdl, stream);
       break;
     case 4:
-      LaunchCc<T, 4, 128, true>(x, b, s, zp, bias, y, g, stream);
+      LaunchCc<T, 4, 128, true>(x, b, s, zp, bias, y, g, pdl, stream);
       break;
     case 5:
-      LaunchCc<T, 8, 128, true>(x, b, s, zp, bias, y, g, stream);
+      LaunchCc<T, 8, 128, true>(x, b, s, zp, bias, y, g, pdl, stream);
       break;
     default:
-      LaunchCc<T, 4, 128>(x, b, s, zp, bias, y, g, stream);
+      LaunchCc<T, 4, 128>(x, b, s, zp, bias, y, g, pdl, stream);
   }
 }
 
 template void LaunchInt4GemvCc<__half>(int, const __half*, const uint8_t*, const __half*, const uint8_t*,
-                                       const __half*, __half*, const Int4Geom&, cudaStream_t);
+                                       const __half*, __half*, const Int4Geom&, PdlMode, cudaStream_t);
 template void LaunchInt4GemvCc<__nv_bfloat16>(int, const __nv_bfloat16*, const uint8_t*, const __nv_bfloat16*,
                                               const uint8_t*, const __nv_bfloat16*, __nv_bfloat16*, const Int4Geom&,
-                                              cudaStream_t);
+                                              PdlMode, cudaStream_t);
 
 }  // namespace pyquant

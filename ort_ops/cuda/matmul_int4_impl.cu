@@ -102,7 +102,8 @@ using namespace cuda_detail;
 template <typename T, int MT, int kWarps, int U, bool kHi, bool kPrefetch, int kMinBlocks>
 __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     int4_smallm_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
-                       const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g) {
+                       const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
+                       bool weights_early) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gr = lane >> 2, t = lane & 3;
   const int col = blockIdx.x * 8 + gr;  // this thread's B row (column of Y)
@@ -155,8 +156,12 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     }
   };
 
+  // PDL (cuda/pdl.h): the first weight group is in flight while the previous grid drains.
+  PdlAllowDependents();
+  if (!weights_early) PdlWaitPrimary();
   WeightFrag<T> wf[U];
   load_group(0, wf);
+  if (weights_early) PdlWaitPrimary();
   for (int it = 0; it < iters; ++it) {
     if constexpr (kPrefetch) {
       WeightFrag<T> wn[U];
@@ -361,30 +366,34 @@ int GemvVariantFor(const MatMulInt4Problem& p, int requested) {
 
 template <typename T>
 void LaunchGemvVariant(int v, dim3 grid, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias,
-                       T* y, const Int4Geom& g, cudaStream_t stream) {
+                       T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
+  if (v >= kSmallMVariants) {
+    if constexpr (!std::is_same<T, float>::value) {
+      LaunchInt4GemvCc<T>(v - kSmallMVariants, x, b, s, zp, bias, y, g, pdl, stream);
+    }
+    return;
+  }
+  const auto launch = [&](auto kernel, int warps) {
+    (void)LaunchWithPdl(kernel, grid, dim3(32 * warps), stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
+  };
   switch (v) {
     case 1:
-      int4_smallm_kernel<T, 1, 4, 4, false, true, 1><<<grid, 128, 0, stream>>>(x, b, s, zp, bias, y, g);
+      launch(int4_smallm_kernel<T, 1, 4, 4, false, true, 1>, 4);
       break;
     case 2:
-      int4_smallm_kernel<T, 1, 2, 4, false, true, 1><<<grid, 64, 0, stream>>>(x, b, s, zp, bias, y, g);
+      launch(int4_smallm_kernel<T, 1, 2, 4, false, true, 1>, 2);
       break;
     case 3:
-      int4_smallm_kernel<T, 1, 8, 2, false, true, 1><<<grid, 256, 0, stream>>>(x, b, s, zp, bias, y, g);
+      launch(int4_smallm_kernel<T, 1, 8, 2, false, true, 1>, 8);
       break;
     case 4:
-      int4_smallm_kernel<T, 1, 1, 4, false, true, 1><<<grid, 32, 0, stream>>>(x, b, s, zp, bias, y, g);
+      launch(int4_smallm_kernel<T, 1, 1, 4, false, true, 1>, 1);
       break;
     case 5:
-      int4_smallm_kernel<T, 1, 2, 2, false, true, 8><<<grid, 64, 0, stream>>>(x, b, s, zp, bias, y, g);
-      break;
-    case 0:
-      int4_smallm_kernel<T, 1, 4, 8, false, false, 1><<<grid, 128, 0, stream>>>(x, b, s, zp, bias, y, g);
+      launch(int4_smallm_kernel<T, 1, 2, 2, false, true, 8>, 2);
       break;
     default:
-      if constexpr (!std::is_same<T, float>::value) {
-        LaunchInt4GemvCc<T>(v - kSmallMVariants, x, b, s, zp, bias, y, g, stream);
-      }
+      launch(int4_smallm_kernel<T, 1, 4, 8, false, false, 1>, 4);
   }
 }
 }  // namespace
@@ -514,7 +523,7 @@ size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m,
 
 template <typename T>
 cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, int64_t tiled_min_m, Int4Workspace ws,
-                             const Int4Sm90Prepared* sm90, int gemv_variant) {
+                             const Int4Sm90Prepared* sm90, int gemv_variant, PdlMode pdl) {
   if (p.m == 0) return cudaSuccess;
   Int4Path path = ChooseInt4Path<T>(p, tiled_min_m, sm90);
 #if PYQUANT_WITH_SM90
@@ -547,16 +556,20 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
     const auto my = [&](int rows) { return static_cast<unsigned>((p.m + rows - 1) / rows); };
     switch (path) {
       case Int4Path::kSmallM8:
-        LaunchGemvVariant<T>(GemvVariantFor(p, gemv_variant), dim3(n8, 1), x, p.b, s, p.zero_points, bias, y, g, stream);
+        LaunchGemvVariant<T>(GemvVariantFor(p, gemv_variant), dim3(n8, 1), x, p.b, s, p.zero_points, bias, y, g, pdl,
+                             stream);
         break;
       case Int4Path::kSmallM16:
-        int4_smallm_kernel<T, 1, 4, 8, true, false, 1><<<dim3(n8, 1), 128, 0, stream>>>(x, p.b, s, p.zero_points, bias, y, g);
+        (void)LaunchWithPdl(int4_smallm_kernel<T, 1, 4, 8, true, false, 1>, dim3(n8, 1), dim3(128), stream, pdl.launch,
+                            x, p.b, s, p.zero_points, bias, y, g, pdl.weights_early);
         break;
       case Int4Path::kSmallM32:
-        int4_smallm_kernel<T, 2, 4, 8, true, false, 1><<<dim3(n8, my(32)), 128, 0, stream>>>(x, p.b, s, p.zero_points, bias, y, g);
+        (void)LaunchWithPdl(int4_smallm_kernel<T, 2, 4, 8, true, false, 1>, dim3(n8, my(32)), dim3(128), stream,
+                            pdl.launch, x, p.b, s, p.zero_points, bias, y, g, pdl.weights_early);
         break;
       case Int4Path::kSmallM64:
-        int4_smallm_kernel<T, 4, 4, 4, true, false, 1><<<dim3(n8, my(64)), 128, 0, stream>>>(x, p.b, s, p.zero_points, bias, y, g);
+        (void)LaunchWithPdl(int4_smallm_kernel<T, 4, 4, 4, true, false, 1>, dim3(n8, my(64)), dim3(128), stream,
+                            pdl.launch, x, p.b, s, p.zero_points, bias, y, g, pdl.weights_early);
         break;
       default: {
         const int split = TiledSplitK(p);
@@ -644,7 +657,7 @@ cudaError_t PrepareMatMulInt4Sm90(const MatMulInt4Problem& p, void* dst, cudaStr
 
 #define PYQUANT_INSTANTIATE(T)                                                                                 \
   template cudaError_t LaunchMatMulInt4<T>(const MatMulInt4Problem&, cudaStream_t, int64_t, Int4Workspace,    \
-                                           const Int4Sm90Prepared*, int);                                      \
+                                           const Int4Sm90Prepared*, int, PdlMode);                             \
   template size_t MatMulInt4WorkspaceBytes<T>(const MatMulInt4Problem&, int64_t, const Int4Sm90Prepared*);    \
   template cudaError_t LaunchMatMulInt4Ref<T>(const MatMulInt4Problem&, cudaStream_t);                        \
   template bool MatMulInt4Sm90Candidate<T>(const MatMulInt4Problem&);                                         \

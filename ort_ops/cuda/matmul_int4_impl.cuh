@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "cuda/pdl.h"
 #include "layout/int4_block.h"
 
 namespace pyquant {
@@ -42,6 +43,8 @@ __device__ __forceinline__ uint4 LoadStream16(const void* p) {
 }
 // 16-byte global load through L1 (activations: re-read by every warp / CTA of a column tile).
 __device__ __forceinline__ uint4 LoadCached16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
+// Brings the line holding p into L2 (no register, no wait).
+__device__ __forceinline__ void PrefetchL2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // ---------------------------------------------------------------------------------------------
 // Tensor-core MMA m16n8k16, fp32 accumulators (mma.sync, sm_80+).
@@ -283,6 +286,6 @@ constexpr int kInt4GemvCcMaxM = 4;
 constexpr int kInt4GemvCcDefaultMaxM = 3;
 template <typename T>
 void LaunchInt4GemvCc(int variant, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
-                      const cuda_detail::Int4Geom& g, cudaStream_t stream);
+                      const cuda_detail::Int4Geom& g, PdlMode pdl, cudaStream_t stream);
 
 }  // namespace pyquant

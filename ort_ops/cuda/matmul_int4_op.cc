@@ -28,6 +28,8 @@ class MatMulInt4Cuda final : public Kernel {
     // (initializers); scales fed at run time keep the portable kernels.
     GetConstantInput(info, kI4Scales, &scales_constant_);
     GetConstantInput(info, kI4ZeroPoints, &zp_constant_);  // false also when absent: checked per call
+    GetConstantInput(info, kI4B, &b_constant_);
+    pdl_setting_ = CudaPdlSetting();
     sm90_.min_m = CudaInt4Sm90MinM();
     if (sm90_.min_m != kInt4Sm90MinM) sm90_.min_m_large = sm90_.min_m;  // an explicit setting wins
   }
@@ -47,7 +49,12 @@ class MatMulInt4Cuda final : public Kernel {
     if (need) {
       ws.data = scratch_.Get(need, stream, "MatMulInt4", &ws.bytes);
     }
-    ThrowOnCudaError(LaunchMatMulInt4<T>(p, stream, tiled_min_m_, ws, sm90, gemv_variant_), "MatMulInt4 kernel launch");
+    // PDL's early weight loads only from initializers: a B, scale or zero-point tensor computed by
+    // an earlier node may still be being written when this kernel starts.
+    const bool weights_constant = b_constant_ && scales_constant_ && (p.zero_points == nullptr || zp_constant_);
+    const PdlMode pdl = MakePdlMode(pdl_setting_, weights_constant);
+    ThrowOnCudaError(LaunchMatMulInt4<T>(p, stream, tiled_min_m_, ws, sm90, gemv_variant_, pdl),
+                     "MatMulInt4 kernel launch");
   }
 
  private:
@@ -75,6 +82,8 @@ class MatMulInt4Cuda final : public Kernel {
   int gemv_variant_;
   bool scales_constant_ = false;
   bool zp_constant_ = false;
+  bool b_constant_ = false;
+  PdlSetting pdl_setting_ = PdlSetting::kOn;
   std::mutex mu_;
   DeviceScratch scratch_;
   DeviceScratch prepared_;

@@ -1,0 +1,106 @@
+// Programmatic dependent launch (PDL, sm_90+) for the decode GEMVs: the next kernel in the stream
+// starts while the previous one drains.
+//
+// Why: at M = 1 a layer's weights stream in 3-12 us, and each kernel boundary cost about 3.5 us
+// of that on an H100 whatever the layer size (launch, the first DRAM round trip, the last wave's
+// tail): the INT4 GEMV reached 74-75 % of the HBM floor on the large layers and 45 % on
+// 4096 x 4096 (bench/results/2026-11-22-h100-s3-final-bench-cuda.md). With PDL the CTAs of the
+// next GEMV are scheduled as the previous grid's CTAs exit, issue their weight loads (constant
+// initializers: no kernel writes them) and wait at griddepcontrol.wait until the previous grid
+// has completed and its writes are visible; only then do they read X or write Y.
+//
+// Contract of a kernel launched with PdlMode::launch:
+//   * PdlWaitPrimary() comes before its first read of any input that is not constant for the
+//     session, and before its first global write;
+//   * before it, only inputs that ORT reports as constant initializers are read (weights_early);
+//     otherwise the kernel waits first;
+//   * PdlAllowDependents() lets the next PDL-launched kernel start once every CTA of this grid has
+//     called it or exited; that kernel still waits for this grid's completion before it reads
+//     what this grid wrote.
+// Kernels launched without the attribute, and GPUs before sm_90, see both calls as no-ops, and a
+// kernel that follows a PDL grid without the attribute is serialised as usual.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+namespace pyquant {
+
+// How one launch may overlap the kernel before it.
+struct PdlMode {
+  bool launch = false;         // launch with programmatic stream serialization
+  bool weights_early = false;  // the kernel may load its weights before the previous grid completes
+};
+
+// PYQUANT_CUDA_PDL (read at kernel creation): "1" / unset = PDL with early weight loads where
+// the weights are constant; "late" = PDL, but wait before any load; "0" = off.
+enum class PdlSetting { kOff = 0, kOn = 1, kLate = 2 };
+inline PdlSetting CudaPdlSetting() {
+  const char* v = std::getenv("PYQUANT_CUDA_PDL");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "1") == 0) return PdlSetting::kOn;
+  if (std::strcmp(v, "late") == 0) return PdlSetting::kLate;
+  return PdlSetting::kOff;
+}
+
+// True when the current device is sm_90 or newer (griddepcontrol exists), cached per device.
+inline bool CurrentDeviceHasPdl() {
+  static std::mutex mu;
+  static signed char cached[64] = {};  // 0 unknown, 1 yes, -1 no
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  std::lock_guard<std::mutex> lock(mu);
+  if (cached[dev] == 0) {
+    int major = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cached[dev] = major >= 9 ? 1 : -1;
+  }
+  return cached[dev] == 1;
+}
+
+// The mode of one launch: `weights_constant` = every weight-side input (codes, scales, zero
+// points) is a constant initializer of the session.
+inline PdlMode MakePdlMode(PdlSetting s, bool weights_constant) {
+  PdlMode m;
+  if (s == PdlSetting::kOff || !CurrentDeviceHasPdl()) return m;
+  m.launch = true;
+  m.weights_early = s == PdlSetting::kOn && weights_constant;
+  return m;
+}
+
+#ifdef __CUDACC__
+// Waits until the previous grid (if it was PDL-linked to this one) has completed and its memory
+// operations are visible to this grid. The "memory" clobber keeps the compiler from hoisting
+// loads above it.
+__device__ __forceinline__ void PdlWaitPrimary() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void PdlAllowDependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// <<<grid, block, 0, stream>>>(args...), with the PDL attribute when `pdl`.
+template <typename... Params, typename... Args>
+cudaError_t LaunchWithPdl(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, bool pdl,
+                          Args... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+}
+#endif
+
+}  // namespace pyquant

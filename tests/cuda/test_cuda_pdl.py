@@ -134,9 +134,12 @@ def test_pdl_chain_matches_serial_launches(m: int, pdl: str) -> None:
         got = on.run(None, {"X": x, "B2": w["B2"]})[0]
         np.testing.assert_array_equal(got, want)
         assert np.isfinite(got).all()
+        # Loose on purpose: 5 layers of fp16 / e4m3 rounding in a different summation order can
+        # flip an activation's e4m3 rounding (6 %), measured up to 1.9 % of max |y| on the H100;
+        # a stale X would be off by O(100 %).
         ref = chain_ref(w, x.astype(np.float64))
         err = np.abs(got.astype(np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30)
-        assert err < 0.01, f"chain differs from the float64 reference by {err:.3g} (relative to max |y|)"
+        assert err < 0.05, f"chain differs from the float64 reference by {err:.3g} (relative to max |y|)"
 
     # CUDA-graph replays of the all-initializer chain, new values in the bound input each time.
     model = chain_model(w, m, b2_input=False)

@@ -70,13 +70,14 @@ METHOD_ENV = {
     "pyquant_int4_tiled": {"PYQUANT_INT4_TILED_MIN_M": "0", **_NO_SM90},
     "pyquant_int4_portable": _NO_SM90,
     "pyquant_int4_sm90all": {"PYQUANT_INT4_SM90_MIN_M": "1"},
+    **{f"pyquant_int4_{t}": {"PYQUANT_INT4_SM90_TILE": t} for t in ("c2n", "c2m", "k128")},
     "pyquant_fp8_portable": {"PYQUANT_FP8_SM90_MIN_M": str(1 << 40)},
     # LinearFp8 variants (ort_ops/cuda/linear_fp8.h, Fp8Options): the swapped-operand M <= 8
     # kernel, sm90 GEMM tiles (FastAccum 128x128 / 128x256, 2x1 clusters; fp16 output) and
     # scheduler knobs; sm90min<M>: the GEMM from M on (the portable kernels below it).
     "pyquant_fp8_swap": {"PYQUANT_FP8_GEMV": "swap"},
     "pyquant_fp8_mma": {"PYQUANT_FP8_GEMV": "mma"},
-    **{f"pyquant_fp8_fused{i}": {"PYQUANT_FP8_GEMV": "fused" if i == 0 else f"fused{i}"} for i in range(4)},
+    **{f"pyquant_fp8_fused{i}": {"PYQUANT_FP8_GEMV": "fused" if i == 0 else f"fused{i}"} for i in range(5)},
     **{f"pyquant_fp8_{t}": {"PYQUANT_FP8_SM90_TILE": t} for t in ("f128", "f256", "c2", "f256c2")},
     "pyquant_fp8_p8": {"PYQUANT_FP8_SM90_PROMOTE": "8"},
     "pyquant_fp8_p16": {"PYQUANT_FP8_SM90_PROMOTE": "16"},

@@ -12,12 +12,18 @@
 namespace pyquant {
 
 constexpr int64_t kFp8GemvMaxM = 4;
-// PYQUANT_FP8_GEMV=auto uses it at M = 1 only: at M = 4 the per-token FMAs and on-the-fly
-// quantization make it slower than quantizer + mma.sync kernel (H100, 4096 x 14336: 42.4 vs
-// 27.5 us; M = 1: 22.0 vs 27.1 us; bench/results/2026-11-22-h100-s3-gemv-bench-cuda.md).
-constexpr int64_t kFp8GemvAutoMaxM = 1;
-// Variants (rows per CTA, threads per CTA): 0: (4, 128), 1: (2, 128), 2: (8, 128), 3: (4, 256).
-constexpr int kFp8GemvFusedVariants = 4;
+// PYQUANT_FP8_GEMV=auto uses it at M = 1 (variant 0) and M = 2 (variant 2): at M = 4 the
+// per-token FMAs and on-the-fly quantization make it slower than quantizer + mma.sync kernel
+// (H100, 4096 x 14336: 42.4 vs 27.5 us; M = 1: 22.0 vs 27.1 us;
+// bench/results/2026-11-22-h100-s3-gemv-bench-cuda.md). At M = 2, with PDL, variant 2 is faster
+// than the mma.sync pair on all four benchmark layers (8.8 / 24.8 / 24.8 / 26.6 vs 11.0 / 26.6 /
+// 27.9 / 31.9 us, …-s4-pdl-variants-bench-cuda.md).
+constexpr int64_t kFp8GemvAutoMaxM = 2;
+// Variants (rows per CTA, threads per CTA): 0: (4, 128), 1: (2, 128), 2: (8, 128), 3: (4, 256);
+// 4: (4, 128) loading the next piece only where there is one (no clamped re-read at the end).
+constexpr int kFp8GemvFusedVariants = 5;
+// The variant PYQUANT_FP8_GEMV=auto runs at M (<= kFp8GemvAutoMaxM).
+constexpr int Fp8GemvAutoVariant(int64_t m) { return m == 2 ? 2 : 0; }
 
 // Shape / type / alignment check (elem_bytes = sizeof(T)); pointers of p must be set.
 bool Fp8GemvFusedFits(const LinearFp8Problem& p, size_t elem_bytes);

@@ -70,7 +70,9 @@ __device__ __forceinline__ void QuantX16(const uint4& a, const uint4& b, float i
 //   bias [N] T or nullptr, y [M, N] T. grid.x = ceil(N / kR), block = kThreads.
 //   weights_early: w / w_scale are constant initializers, so the first pieces may be loaded before
 //   the previous grid completes (PDL, cuda/pdl.h).
-template <typename T, int kM, int kR, int kThreads, bool kBlockScale>
+//   kExact: the next piece is loaded only where there is one (else a clamped index re-reads the
+//   last piece: fewer registers, but at K = 4096 every warp ends on an L2 round trip).
+template <typename T, int kM, int kR, int kThreads, bool kBlockScale, bool kExact>
 __global__ void __launch_bounds__(kThreads)
     fp8_gemv_fused_kernel(const T* __restrict__ x, int static_scale, float x_scale, const uint8_t* __restrict__ w,
                           const float* __restrict__ w_scale, const T* __restrict__ bias, T* __restrict__ y, int n,
@@ -89,8 +91,10 @@ __global__ void __launch_bounds__(kThreads)
   if (!weights_early) PdlWaitPrimary();
   uint4 cur[kR];
   int c = threadIdx.x;
+  if (!kExact || c < pieces) {
 #pragma unroll
-  for (int r = 0; r < kR; ++r) cur[r] = LoadStream16(w + int64_t(rows[r]) * k + 16 * min(c, pieces - 1));
+    for (int r = 0; r < kR; ++r) cur[r] = LoadStream16(w + int64_t(rows[r]) * k + 16 * min(c, pieces - 1));
+  }
   if (weights_early) PdlWaitPrimary();
 
   // Row scales: amax over the whole row (NaN ignored by fmaxf), then the rule of the quantizers.
@@ -130,9 +134,11 @@ __global__ void __launch_bounds__(kThreads)
 
   for (; c < pieces; c += kThreads) {
     uint4 nxt[kR];
-    const int cn = min(c + kThreads, pieces - 1);
+    const int cn = kExact ? c + kThreads : min(c + kThreads, pieces - 1);
+    if (!kExact || cn < pieces) {
 #pragma unroll
-    for (int r = 0; r < kR; ++r) nxt[r] = LoadStream16(w + int64_t(rows[r]) * k + 16 * cn);
+      for (int r = 0; r < kR; ++r) nxt[r] = LoadStream16(w + int64_t(rows[r]) * k + 16 * cn);
+    }
     float xq[kM][16];
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
@@ -172,7 +178,7 @@ __global__ void __launch_bounds__(kThreads)
 
 namespace {
 
-template <typename T, int kR, int kThreads, bool kBlock>
+template <typename T, int kR, int kThreads, bool kBlock, bool kExact>
 void LaunchFused(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.n + kR - 1) / kR));
   const T* x = static_cast<const T*>(p.x);
@@ -180,21 +186,21 @@ void LaunchFused(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cudaStream
   T* y = static_cast<T*>(p.y);
   const int st = p.static_scale ? 1 : 0, n = static_cast<int>(p.n), k = static_cast<int>(p.k);
   const int nsb = static_cast<int>(p.n_scale_blocks);
-  auto kernel = fp8_gemv_fused_kernel<T, 4, kR, kThreads, kBlock>;
-  if (p.m == 1) kernel = fp8_gemv_fused_kernel<T, 1, kR, kThreads, kBlock>;
-  if (p.m == 2) kernel = fp8_gemv_fused_kernel<T, 2, kR, kThreads, kBlock>;
-  if (p.m == 3) kernel = fp8_gemv_fused_kernel<T, 3, kR, kThreads, kBlock>;
+  auto kernel = fp8_gemv_fused_kernel<T, 4, kR, kThreads, kBlock, kExact>;
+  if (p.m == 1) kernel = fp8_gemv_fused_kernel<T, 1, kR, kThreads, kBlock, kExact>;
+  if (p.m == 2) kernel = fp8_gemv_fused_kernel<T, 2, kR, kThreads, kBlock, kExact>;
+  if (p.m == 3) kernel = fp8_gemv_fused_kernel<T, 3, kR, kThreads, kBlock, kExact>;
   // Launch errors are left for the caller's cudaGetLastError().
   (void)LaunchWithPdl(kernel, grid, dim3(kThreads), stream, pdl.launch, x, st, p.x_scale, p.w, p.w_scale, bias, y, n,
                       k, bs_log2, nsb, pdl.weights_early);
 }
 
-template <typename T, int kR, int kThreads>
+template <typename T, int kR, int kThreads, bool kExact = false>
 void LaunchFusedScales(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cudaStream_t stream) {
   if (p.block_size != 0) {
-    LaunchFused<T, kR, kThreads, true>(p, bs_log2, pdl, stream);
+    LaunchFused<T, kR, kThreads, true, kExact>(p, bs_log2, pdl, stream);
   } else {
-    LaunchFused<T, kR, kThreads, false>(p, bs_log2, pdl, stream);
+    LaunchFused<T, kR, kThreads, false, kExact>(p, bs_log2, pdl, stream);
   }
 }
 
@@ -219,6 +225,9 @@ cudaError_t LaunchFp8GemvFused(const LinearFp8Problem& p, int variant, PdlMode p
       break;
     case 3:
       LaunchFusedScales<T, 4, 256>(p, bs_log2, pdl, stream);
+      break;
+    case 4:
+      LaunchFusedScales<T, 4, 128, true>(p, bs_log2, pdl, stream);
       break;
     default:
       LaunchFusedScales<T, 4, 128>(p, bs_log2, pdl, stream);

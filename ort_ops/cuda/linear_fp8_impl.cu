@@ -602,7 +602,7 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
 #endif
     (void)device;
     if (!force_ref && fused_allowed && !sm90 && Fp8GemvFusedFits(p, sizeof(T))) {
-      return LaunchFp8GemvFused<T>(p, opt.gemv >= 3 ? opt.gemv - 3 : 0, pdl, stream);
+      return LaunchFp8GemvFused<T>(p, opt.gemv >= 3 ? opt.gemv - 3 : Fp8GemvAutoVariant(p.m), pdl, stream);
     }
   }
   uint8_t* xq = static_cast<uint8_t*>(ws.data);

@@ -45,6 +45,7 @@ struct Int4Sm90Prepared {
   const void* zeros_t = nullptr;
   int64_t min_m = kInt4Sm90MinM;
   int64_t min_m_large = 9;
+  int tile_variant = 0;  // PYQUANT_INT4_SM90_TILE: sm90::Int4GemmArgs::variant
 };
 template <typename T>
 size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m = kInt4TiledMinM,
@@ -79,6 +80,8 @@ bool CudaForceReferenceKernels();
 int64_t CudaInt4TiledMinM();
 // PYQUANT_INT4_SM90_MIN_M if set, else kInt4Sm90MinM (a huge value disables the sm90 GEMM).
 int64_t CudaInt4Sm90MinM();
+// PYQUANT_INT4_SM90_TILE: auto | c2n | c2m | k128 (or the index), the Hopper GEMM variant above M = 512.
+int CudaInt4Sm90Tile();
 // PYQUANT_INT4_GEMV_VARIANT if set to a valid variant index, else -1 (benchmarks).
 int CudaInt4GemvVariant();
 

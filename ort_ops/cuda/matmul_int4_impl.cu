@@ -361,6 +361,10 @@ int GemvVariantFor(const MatMulInt4Problem& p, int requested) {
   // on 14336 x 4096): bench/results/2026-11-22-h100-s3-gemv3-bench-cuda.md.
   const bool short_k = p.attrs.k / 32 <= 2 * 128;
   if (p.m <= 2 && short_k) return kSmallMVariants + 4;
+  // M = 4 (with PDL, H100, bench/results/2026-11-22-h100-s4-pdl-variants-bench-cuda.md): variant 0
+  // beats the mma.sync kernel on long rows (14336 x 4096: 23.3 vs 28.8 us; 8192 x 8192: 26.9 vs
+  // 28.2), loses on K = 4096 (4096 x 14336: 28.1 vs 24.1).
+  if (p.m == 4) return p.attrs.k >= 8192 ? kSmallMVariants : 1;
   return p.m == 1 ? kSmallMVariants : kSmallMVariants + 2;
 }
 
@@ -443,6 +447,7 @@ sm90::Int4GemmArgs Sm90Args(const MatMulInt4Problem& p, const Int4Sm90Prepared* 
   a.block_size = static_cast<int>(p.attrs.block_size);
   a.row_bytes = static_cast<int>(Int4RowBytes(p.attrs.k, p.attrs.block_size));
   cudaGetDevice(&a.device);
+  a.variant = sm90 ? sm90->tile_variant : 0;
   return a;
 }
 #endif

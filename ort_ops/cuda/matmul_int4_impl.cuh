@@ -279,11 +279,12 @@ __device__ __forceinline__ void StorePair(T* __restrict__ y, const T* __restrict
 // (no clamped re-read at the end): 4: (4, 128), 5: (8, 128).
 constexpr int kInt4GemvCcVariants = 6;
 constexpr int kInt4GemvCcMaxM = 4;
-// Default up to M = 3 (GemvVariantFor, matmul_int4_impl.cu: variant 4 at M <= 2 with K <= 8192,
-// else variant 0 at M = 1 and variant 2 at M = 2, 3): from M = 4 on, the per-token FMAs make it
-// issue-bound and the mma.sync small-M kernel is faster (H100,
-// bench/results/2026-11-22-h100-s3-gemv*-bench-cuda.md).
-constexpr int kInt4GemvCcDefaultMaxM = 3;
+// Default up to M = 4 (GemvVariantFor, matmul_int4_impl.cu: variant 4 at M <= 2 with K <= 8192,
+// else variant 0 at M = 1 and variant 2 at M = 2, 3; at M = 4 variant 0 only for K >= 8192): from
+// M = 4 on, the per-token FMAs make it issue-bound and the mma.sync small-M kernel is faster on
+// short rows (H100, bench/results/2026-11-22-h100-s3-gemv*-bench-cuda.md,
+// …-s4-pdl-variants-bench-cuda.md).
+constexpr int kInt4GemvCcDefaultMaxM = 4;
 template <typename T>
 void LaunchInt4GemvCc(int variant, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
                       const cuda_detail::Int4Geom& g, PdlMode pdl, cudaStream_t stream);

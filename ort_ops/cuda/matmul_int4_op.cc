@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 
@@ -31,6 +32,7 @@ class MatMulInt4Cuda final : public Kernel {
     GetConstantInput(info, kI4B, &b_constant_);
     pdl_setting_ = CudaPdlSetting();
     sm90_.min_m = CudaInt4Sm90MinM();
+    sm90_.tile_variant = CudaInt4Sm90Tile();
     if (sm90_.min_m != kInt4Sm90MinM) sm90_.min_m_large = sm90_.min_m;  // an explicit setting wins
   }
   void Compute(OrtKernelContext* ctx) override {
@@ -108,6 +110,16 @@ int64_t CudaInt4TiledMinM() {
 int CudaInt4GemvVariant() {
   const char* v = std::getenv("PYQUANT_INT4_GEMV_VARIANT");
   return v != nullptr && *v ? static_cast<int>(std::strtol(v, nullptr, 10)) : -1;
+}
+
+int CudaInt4Sm90Tile() {
+  const char* v = std::getenv("PYQUANT_INT4_SM90_TILE");
+  if (v == nullptr || *v == '\0') return 0;
+  const char* names[] = {"auto", "c2n", "c2m", "k128"};
+  for (int i = 0; i < 4; ++i) {
+    if (std::strcmp(v, names[i]) == 0) return i;
+  }
+  return static_cast<int>(std::strtol(v, nullptr, 10));
 }
 
 int64_t CudaInt4Sm90MinM() {

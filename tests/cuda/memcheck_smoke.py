@@ -4,7 +4,8 @@
 
 Touches every dispatch path (reference kernels, small-M and large-M kernels, the sm90 CUTLASS
 GEMMs on a Hopper GPU, K tails, odd N) on shapes small enough for the sanitizer. Also run under
-racecheck (shared-memory hazards) by bench/device/tests.sh. Exits non-zero if an output is off the reference."""
+racecheck (shared-memory hazards) by bench/device/tests.sh. Exits non-zero if an output is off
+the reference."""
 
 from __future__ import annotations
 

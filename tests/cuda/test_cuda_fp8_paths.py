@@ -5,8 +5,9 @@ of pyquant.reference with docs/ops.md's error limit:
   rows held in registers (K <= 4096 for fp16) or read twice (longer K), and the scalar kernel for
   rows that are not 16-byte multiples (K = 100 with fp16 -> 200 bytes);
 * the fused decode GEMV (linear_fp8_gemv_impl.cu: quantization inside the GEMV, CUDA cores) for
-  M = 1 (the default there; M <= 4 when pinned) and its variants (PYQUANT_FP8_GEMV=fused..fused3), every weight-scale
-  layout (per channel, per-K-block 16 / 128), static and dynamic activation scales;
+  M = 1, 2 (the default there; M <= 4 when pinned) and its variants (PYQUANT_FP8_GEMV=fused ..
+  fused4), every weight-scale layout (per channel, per-K-block 16 / 128), static and dynamic
+  activation scales;
 * the small-M mma.sync kernel: M <= 8 (kLow8 variant) and 9..16 (PYQUANT_FP8_GEMV=mma pins it for
   M <= 4 too);
 * the Hopper CUTLASS FP8 GEMM (sm90/fp8_gemm_sm90.cu) for M > 16, per-channel scales, fp16 / bf16:
@@ -69,7 +70,7 @@ def test_fp8_gemv_paths(rng, dtype, block_size, x_scale, kn):
     _check_fp8(sess, rng, GEMV_M, k, n, dtype, w8, ws, block_size, x_scale, bias_t)
 
 
-@pytest.mark.parametrize("gemv", ["mma", "fused", "fused1", "fused2", "fused3"])
+@pytest.mark.parametrize("gemv", ["mma", "fused", "fused1", "fused2", "fused3", "fused4"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("block_size", [0, 16, 128])
 @pytest.mark.parametrize("x_scale", [None, 0.02])
@@ -206,7 +207,9 @@ KNOBS = [
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("knobs", KNOBS, ids=lambda d: "-".join(f"{k.split('_')[-1]}={v}" for k, v in d.items()))
+@pytest.mark.parametrize(
+    "knobs", KNOBS, ids=lambda d: "-".join(f"{k.split('_')[-1]}={v}" for k, v in d.items())
+)
 def test_fp8_sm90_scheduler_knobs(rng, dtype, knobs):
     """Runtime arguments of the same kernels: decomposition, splits, raster order, swizzle,
     promotion interval, reduction order. K = 16 * odd so splits do not divide the k-blocks."""
@@ -217,8 +220,11 @@ def test_fp8_sm90_scheduler_knobs(rng, dtype, knobs):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("env", [{}, {"PYQUANT_FP8_GEMV": "swap"}, {"PYQUANT_FP8_SM90_MIN_M": "1"}],
-                         ids=["default", "swap", "sm90all"])
+@pytest.mark.parametrize(
+    "env",
+    [{}, {"PYQUANT_FP8_GEMV": "swap"}, {"PYQUANT_FP8_SM90_MIN_M": "1"}],
+    ids=["default", "swap", "sm90all"],
+)
 def test_fp8_one_signed_error(rng, dtype, env):
     """All-positive X and W, K = 8192: the tensor core's truncation errors do not cancel, so this
     is the worst case for reduced-precision accumulation (promoting mainloop every 4 MMAs;

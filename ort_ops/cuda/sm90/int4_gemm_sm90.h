@@ -34,6 +34,9 @@ struct Int4GemmArgs {
   int block_size = 0;  // 64, 128 or 256 (a multiple of the kernel's 64-wide K tile)
   int row_bytes = 0;   // bytes of one B row = n_blocks * block_size / 2
   int device = 0;      // CUDA device ordinal of the pointers
+  // Benchmark variant for M > 512 (PYQUANT_INT4_SM90_TILE; int4_gemm_sm90_variants.cu), fp16
+  // only; 0 = the default tiles. A variant that cannot take the problem leaves the default.
+  int variant = 0;
 };
 
 // Shapes and alignments the kernel covers (the caller falls back to the portable kernels
@@ -46,6 +49,11 @@ size_t Int4GemmWorkspaceBytes(const Int4GemmArgs& a, bool bf16);
 // cudaErrorNotSupported: not covered (see Int4GemmSupported).
 cudaError_t LaunchInt4Gemm(const Int4GemmArgs& a, bool bf16, void* workspace, size_t workspace_bytes,
                            cudaStream_t stream);
+
+// The variants' entry points (int4_gemm_sm90_variants.cu); callers use the three above.
+bool Int4GemmVariantSupported(const Int4GemmArgs& a);
+size_t Int4GemmVariantWorkspaceBytes(const Int4GemmArgs& a);
+cudaError_t LaunchInt4GemmVariant(const Int4GemmArgs& a, void* ws, size_t ws_bytes, cudaStream_t stream);
 
 }  // namespace sm90
 }  // namespace pyquant

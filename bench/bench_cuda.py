@@ -70,7 +70,7 @@ METHOD_ENV = {
     "pyquant_int4_tiled": {"PYQUANT_INT4_TILED_MIN_M": "0", **_NO_SM90},
     "pyquant_int4_portable": _NO_SM90,
     "pyquant_int4_sm90all": {"PYQUANT_INT4_SM90_MIN_M": "1"},
-    **{f"pyquant_int4_{t}": {"PYQUANT_INT4_SM90_TILE": t} for t in ("c2n", "c2m", "k128")},
+    **{f"pyquant_int4_{t}": {"PYQUANT_INT4_SM90_TILE": t} for t in ("c1", "c2m", "k128")},
     "pyquant_fp8_portable": {"PYQUANT_FP8_SM90_MIN_M": str(1 << 40)},
     # LinearFp8 variants (ort_ops/cuda/linear_fp8.h, Fp8Options): the swapped-operand M <= 8
     # kernel, sm90 GEMM tiles (FastAccum 128x128 / 128x256, 2x1 clusters; fp16 output) and

@@ -115,7 +115,7 @@ int CudaInt4GemvVariant() {
 int CudaInt4Sm90Tile() {
   const char* v = std::getenv("PYQUANT_INT4_SM90_TILE");
   if (v == nullptr || *v == '\0') return 0;
-  const char* names[] = {"auto", "c2n", "c2m", "k128"};
+  const char* names[] = {"auto", "c1", "c2m", "k128"};
   for (int i = 0; i < 4; ++i) {
     if (std::strcmp(v, names[i]) == 0) return i;
   }

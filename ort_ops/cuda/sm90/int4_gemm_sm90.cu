@@ -21,7 +21,11 @@
 //   Wide:   128 (N) x 128 (M) x 64 (K)   for M <= 512
 //   Huge:   128 (N) x 256 (M) x 64 (K)   above: the int4 decode (in the consumer warpgroups, per
 //           K tile) is amortised over twice the columns; measured 0.7-0.8x of cuBLAS fp16 with
-//           the 128-wide tile at M = 4096 (bench/results/2026-11-22-h100-bench-cuda-int4.md)
+//           the 128-wide tile at M = 4096 (bench/results/2026-11-22-h100-bench-cuda-int4.md).
+//           2x1 cluster: the two CTAs of neighbouring channel tiles receive each X tile through
+//           one TMA multicast (half the L2 -> SM traffic of the 16-bit operand); measured 5-11 %
+//           faster than 1x1 at M = 4096 and within 2 % at M = 1024 on the four benchmark layers
+//           (bench/results/2026-11-22-h100-s4-int4-tiles-bench-cuda.md).
 #include "cuda/sm90/int4_gemm_sm90_kernel.cuh"
 
 namespace pyquant {
@@ -35,6 +39,7 @@ using detail::Int4Gemm;
 using NarrowTile = Shape<_128, _64, _64>;
 using WideTile = Shape<_128, _128, _64>;
 using HugeTile = Shape<_128, _256, _64>;  // each decoded weight feeds 256 columns of X
+using HugeCluster = Shape<_2, _1, _1>;
 constexpr int kNarrowMaxM = 64;
 constexpr int kWideMaxM = 512;
 
@@ -43,7 +48,7 @@ template <typename Element, typename F>
 auto WithConfig(const Int4GemmArgs& a, F&& f) {
   if (a.m <= kNarrowMaxM) return f(Int4Gemm<Element, NarrowTile>{});
   if (a.m <= kWideMaxM) return f(Int4Gemm<Element, WideTile>{});
-  return f(Int4Gemm<Element, HugeTile>{});
+  return f(Int4Gemm<Element, HugeTile, HugeCluster>{});
 }
 
 template <typename F>

@@ -2,11 +2,13 @@
 // PYQUANT_INT4_SM90_TILE at kernel creation), fp16 only (bf16 keeps the default tiles), for M
 // above the Wide tile's range (M > 512; below it the default serves), in their own translation
 // unit so that they compile in parallel with int4_gemm_sm90.cu. Same template, problem mapping
-// (channels x tokens x K) and epilogue as the default Huge tile (128 x 256 x 64, 1x1 cluster).
+// (channels x tokens x K) and epilogue as the default Huge tile (128 x 256 x 64, 2x1 cluster:
+// two CTAs of neighbouring channel tiles share each X tile through TMA multicast).
 //
-//   1 "c2n": 128x256x64, 2x1 cluster: two CTAs of neighbouring channel tiles share each X tile
-//            (TMA multicast: half the L2 -> SM traffic for the 16-bit operand, the larger one)
-//   2 "c2m": 128x256x64, 1x2 cluster: two CTAs of neighbouring token tiles share each int4 tile
+//   1 "c1":   128x256x64, 1x1 cluster (the default before the 2x1 cluster: 5-11 % slower at
+//             M = 4096, bench/results/2026-11-22-h100-s4-int4-tiles-bench-cuda.md, where it is the
+//             "pyquant_int4" column and the 2x1 cluster "c2n")
+//   2 "c2m":  128x256x64, 1x2 cluster: two CTAs of neighbouring token tiles share each int4 tile
 //   3 "k128": 128x256x128: twice the K per pipeline stage (fewer, longer stages; fewer barrier
 //            round trips per decoded weight), block_size 128 / 256 only
 #include "cuda/sm90/int4_gemm_sm90_kernel.cuh"
@@ -25,7 +27,7 @@ auto WithVariant(int variant, bool* found, F&& f) {
   *found = true;
   switch (variant) {
     case 1:
-      return f(Int4Gemm<H, Shape<_128, _256, _64>, Shape<_2, _1, _1>>{});
+      return f(Int4Gemm<H, Shape<_128, _256, _64>, Shape<_1, _1, _1>>{});
     case 2:
       return f(Int4Gemm<H, Shape<_128, _256, _64>, Shape<_1, _2, _1>>{});
     case 3:

@@ -18,22 +18,27 @@ inline int CudaSmCount(int device) {
   return cached[device];
 }
 
-// True when the current device is compute capability 9.0 (the sm_90a code runs there only);
-// *device_out (if given) receives the current device ordinal.
-inline bool CurrentDeviceIsSm90(int* device_out = nullptr) {
+// Compute capability of the current device as 10 * major + minor (90 for sm_90), queried once
+// per device; 0 when there is no usable current device. *device_out (if given) receives the
+// current device ordinal.
+inline int CurrentDeviceComputeCapability(int* device_out = nullptr) {
   static std::mutex mu;
-  static signed char cached[64] = {};  // 0 unknown, 1 yes, -1 no
+  static int cached[64] = {};  // 0 unknown
   int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
   if (device_out != nullptr) *device_out = dev;
   std::lock_guard<std::mutex> lock(mu);
   if (cached[dev] == 0) {
     int major = 0, minor = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    cached[dev] = (major == 9 && minor == 0) ? 1 : -1;
+    cached[dev] = 10 * major + minor;
   }
-  return cached[dev] == 1;
+  return cached[dev];
 }
+
+// True when the current device is compute capability 9.0 (the sm_90a code runs there only);
+// *device_out (if given) receives the current device ordinal.
+inline bool CurrentDeviceIsSm90(int* device_out = nullptr) { return CurrentDeviceComputeCapability(device_out) == 90; }
 
 }  // namespace pyquant

@@ -23,7 +23,6 @@
 #include <cuda_fp8.h>
 
 #include <cstdlib>
-#include <mutex>
 #include <type_traits>
 
 #include "cuda/device_info.h"
@@ -471,20 +470,7 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_gemv_swap_kernel(const uint8_
 namespace {
 
 // Compute capability >= 8.9 (FP8 mma.sync), asked once per device.
-bool CurrentDeviceHasFp8Mma() {
-  static std::mutex mu;
-  static signed char cached[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
-  std::lock_guard<std::mutex> lock(mu);
-  if (cached[dev] == 0) {
-    int major = 0, minor = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    cached[dev] = (major * 10 + minor >= 89) ? 1 : -1;
-  }
-  return cached[dev] > 0;
-}
+bool CurrentDeviceHasFp8Mma() { return CurrentDeviceComputeCapability() >= 89; }
 
 // Scratch layout: xq [M, K] bytes | s_x [M] float | sm90 GEMM workspace (stream-K partials).
 size_t XqBytes(const LinearFp8Problem& p) { return AlignUp(static_cast<size_t>(p.m * p.k)); }

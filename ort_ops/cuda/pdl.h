@@ -25,7 +25,8 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
+
+#include "cuda/device_info.h"
 
 namespace pyquant {
 
@@ -45,20 +46,8 @@ inline PdlSetting CudaPdlSetting() {
   return PdlSetting::kOff;
 }
 
-// True when the current device is sm_90 or newer (griddepcontrol exists), cached per device.
-inline bool CurrentDeviceHasPdl() {
-  static std::mutex mu;
-  static signed char cached[64] = {};  // 0 unknown, 1 yes, -1 no
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
-  std::lock_guard<std::mutex> lock(mu);
-  if (cached[dev] == 0) {
-    int major = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cached[dev] = major >= 9 ? 1 : -1;
-  }
-  return cached[dev] == 1;
-}
+// True when the current device is sm_90 or newer (griddepcontrol exists).
+inline bool CurrentDeviceHasPdl() { return CurrentDeviceComputeCapability() >= 90; }
 
 // The mode of one launch: `weights_constant` = every weight-side input (codes, scales, zero
 // points) is a constant initializer of the session.

@@ -27,6 +27,7 @@ from onnx import TensorProto, helper
 from pyquant import layout
 from pyquant.ops_spec import DOMAIN, FP8_OP, INT4_OP
 from tests.cuda.test_cuda_reliability import cuda_session
+from tests.ops.graphs import _init as init
 
 pytestmark = pytest.mark.cuda
 
@@ -49,11 +50,6 @@ def _layers(seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def chain_model(w: dict[str, np.ndarray], m: int, b2_input: bool) -> onnx.ModelProto:
-    def init(name: str, arr: np.ndarray, onnx_type: int | None = None) -> TensorProto:
-        if onnx_type is None:
-            return onnx.numpy_helper.from_array(np.ascontiguousarray(arr), name)
-        return helper.make_tensor(name, onnx_type, arr.shape, np.ascontiguousarray(arr).tobytes(), raw=True)
-
     inits, nodes = [], []
 
     def int4(i: int, src: str, dst: str) -> None:

@@ -24,6 +24,7 @@ from onnx import TensorProto, helper
 
 from pyquant import layout
 from pyquant.ops_spec import DOMAIN, FP8_OP, INT4_OP
+from tests.ops.graphs import _init as init
 
 pytestmark = pytest.mark.cuda
 
@@ -39,12 +40,6 @@ def two_op_model(dtype: str, fp8_static: bool, m: int | str = "M", seed: int = 0
     b, s, zp = layout.quantize_int4_rtn(rng.standard_normal((H, K)), BS, symmetric=False)
     wq, ws = layout.quantize_weight_fp8(rng.standard_normal((N, H)).astype(np.float32), 32)
     t = NP_T[dtype]
-
-    def init(name: str, arr: np.ndarray, onnx_type: int | None = None) -> TensorProto:
-        if onnx_type is None:
-            return onnx.numpy_helper.from_array(np.ascontiguousarray(arr), name)
-        return helper.make_tensor(name, onnx_type, arr.shape, np.ascontiguousarray(arr).tobytes(), raw=True)
-
     inits = [
         init("B", b),
         init("scales", s.astype(t)),

@@ -12,7 +12,8 @@ layer = span / (R * L). Several repeats, the median is reported.
 
 Methods (fp16 activations):
   pyquant_int4      pyquant::MatMulInt4, block 128, symmetric (B [N, n_blocks, 64], scales fp16)
-  pyquant_int4_tiled  the same with PYQUANT_INT4_TILED_MIN_M=0 and the Hopper GEMM off (the tiled kernel at every M)
+  pyquant_int4_tiled  the same with PYQUANT_INT4_TILED_MIN_M=0 and the Hopper GEMM off (the tiled
+                    kernel at every M)
   pyquant_int4_portable  the same with the Hopper GEMM off (PYQUANT_INT4_SM90_MIN_M huge): the
                     mma.sync kernels that serve GPUs other than sm_90
   ort_matmulnbits   com.microsoft::MatMulNBits on the same B / scales bytes (K, N, bits=4, block_size=128)
@@ -23,7 +24,8 @@ Methods (fp16 activations):
   pyquant_fp8_portable  pyquant_fp8 with the Hopper GEMM off (PYQUANT_FP8_SM90_MIN_M huge): the
                     mma.sync kernels that serve GPUs other than sm_90 (not in the default list)
   pyquant_fp8_<variant>  pyquant_fp8 under the environment switches of METHOD_ENV (swap, f128, f256,
-                    c2, f256c2, p8, p16, rm2, rn4, dp, sk, split2/4/8, nondet, sm90min<M>; see
+                    c2, f256c2, p128, p128c2, p64, p128all, p64all, p8, p16, rm2, rn4, dp, sk,
+                    split2/4/8, nondet, sm90min<M>; see
                     ort_ops/cuda/linear_fp8.h) (not in the default list)
   pyquant_{int4,fp8}_nopdl / _pdllate  programmatic dependent launch off (PYQUANT_CUDA_PDL=0) / on
                     without early weight loads ("late"): ort_ops/cuda/pdl.h (not in the default list)
@@ -70,7 +72,15 @@ METHOD_ENV = {
     "pyquant_int4_tiled": {"PYQUANT_INT4_TILED_MIN_M": "0", **_NO_SM90},
     "pyquant_int4_portable": _NO_SM90,
     "pyquant_int4_sm90all": {"PYQUANT_INT4_SM90_MIN_M": "1"},
-    **{f"pyquant_int4_{t}": {"PYQUANT_INT4_SM90_TILE": t} for t in ("c1", "c2m", "k128")},
+    **{
+        f"pyquant_int4_{t}": {"PYQUANT_INT4_SM90_TILE": t}
+        for t in ("c1", "c2m", "k128", "p128", "p256", "p64")
+    },
+    # a ping-pong tile from M = 1 on (below the default Hopper range too)
+    **{
+        f"pyquant_int4_{t}all": {"PYQUANT_INT4_SM90_TILE": t, "PYQUANT_INT4_SM90_MIN_M": "1"}
+        for t in ("p128", "p64")
+    },
     "pyquant_fp8_portable": {"PYQUANT_FP8_SM90_MIN_M": str(1 << 40)},
     # LinearFp8 variants (ort_ops/cuda/linear_fp8.h, Fp8Options): the swapped-operand M <= 8
     # kernel, sm90 GEMM tiles (FastAccum 128x128 / 128x256, 2x1 clusters; fp16 output) and
@@ -78,7 +88,14 @@ METHOD_ENV = {
     "pyquant_fp8_swap": {"PYQUANT_FP8_GEMV": "swap"},
     "pyquant_fp8_mma": {"PYQUANT_FP8_GEMV": "mma"},
     **{f"pyquant_fp8_fused{i}": {"PYQUANT_FP8_GEMV": "fused" if i == 0 else f"fused{i}"} for i in range(5)},
-    **{f"pyquant_fp8_{t}": {"PYQUANT_FP8_SM90_TILE": t} for t in ("f128", "f256", "c2", "f256c2")},
+    **{
+        f"pyquant_fp8_{t}": {"PYQUANT_FP8_SM90_TILE": t}
+        for t in ("f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64")
+    },
+    **{
+        f"pyquant_fp8_{t}all": {"PYQUANT_FP8_SM90_TILE": t, "PYQUANT_FP8_SM90_MIN_M": "1"}
+        for t in ("p128", "p64")
+    },
     "pyquant_fp8_p8": {"PYQUANT_FP8_SM90_PROMOTE": "8"},
     "pyquant_fp8_p16": {"PYQUANT_FP8_SM90_PROMOTE": "16"},
     "pyquant_fp8_rm2": {"PYQUANT_FP8_SM90_RASTER": "m", "PYQUANT_FP8_SM90_SWIZZLE": "2"},

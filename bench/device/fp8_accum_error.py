@@ -56,8 +56,11 @@ def main():
                 y = run_cuda(sess, x, n, dtype)
                 y_ref, mag = linear_fp8_ref(x, w8, ws, 0, None, None)
                 rel = np.abs(y - y_ref) / mag
-                print(f"K={k:5d} {kind:11s} {name:20s} max err/sum|xw| = {rel.max():.3e} "
-                      f"({rel.max() / limit:.2f} of the limit; incl. fp16 output rounding)", flush=True)
+                print(
+                    f"K={k:5d} {kind:11s} {name:20s} max err/sum|xw| = {rel.max():.3e} "
+                    f"({rel.max() / limit:.2f} of the limit; incl. fp16 output rounding)",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

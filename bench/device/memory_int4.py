@@ -47,7 +47,8 @@ def main() -> None:
     # No arena growth by ORT's allocator beyond what is asked (kSameAsRequested), so the numbers
     # are the buffers themselves.
     opts = {"device_id": "0", "arena_extend_strategy": "kSameAsRequested"}
-    sess = ort.InferenceSession(model, sess_options=session_options(), providers=[("CUDAExecutionProvider", opts)])
+    providers = [("CUDAExecutionProvider", opts)]
+    sess = ort.InferenceSession(model, sess_options=session_options(), providers=providers)
     after_create = used()
     res = {"shape": a.shape, "layers": a.layers, "packed_bytes": packed, "session_bytes": after_create - base}
     for m in (1, 512):

@@ -80,7 +80,8 @@ bool CudaForceReferenceKernels();
 int64_t CudaInt4TiledMinM();
 // PYQUANT_INT4_SM90_MIN_M if set, else kInt4Sm90MinM (a huge value disables the sm90 GEMM).
 int64_t CudaInt4Sm90MinM();
-// PYQUANT_INT4_SM90_TILE: auto | c1 | c2m | k128 (or the index), the Hopper GEMM variant above M = 512.
+// PYQUANT_INT4_SM90_TILE: auto | c1 | c2m | k128 | p128 | p256 | p64 (or the index), the Hopper GEMM
+// benchmark variant (int4_gemm_sm90_variants.cu).
 int CudaInt4Sm90Tile();
 // PYQUANT_INT4_GEMV_VARIANT if set to a valid variant index, else -1 (benchmarks).
 int CudaInt4GemvVariant();

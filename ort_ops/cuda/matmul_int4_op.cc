@@ -115,8 +115,8 @@ int CudaInt4GemvVariant() {
 int CudaInt4Sm90Tile() {
   const char* v = std::getenv("PYQUANT_INT4_SM90_TILE");
   if (v == nullptr || *v == '\0') return 0;
-  const char* names[] = {"auto", "c1", "c2m", "k128"};
-  for (int i = 0; i < 4; ++i) {
+  const char* names[] = {"auto", "c1", "c2m", "k128", "p128", "p256", "p64"};
+  for (int i = 0; i < 7; ++i) {
     if (std::strcmp(v, names[i]) == 0) return i;
   }
   return static_cast<int>(std::strtol(v, nullptr, 10));

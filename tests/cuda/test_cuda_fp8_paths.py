@@ -18,9 +18,10 @@ of pyquant.reference with docs/ops.md's error limit:
 * benchmark-selectable variants (environment variables read at kernel creation, docs in
   ort_ops/cuda/linear_fp8.h): the swapped-operand M <= 8 kernel (PYQUANT_FP8_GEMV=swap; FP8
   mma.sync on sm_89+, fp16 mma.sync before), the sm90 GEMM variants (PYQUANT_FP8_SM90_TILE:
-  FastAccum 128x128 / 128x256, 2x1 clusters) and scheduler knobs (split-K, data-parallel,
-  stream-K, raster order, swizzle, promotion interval, unordered reduction); the promoting
-  mainloop on one-signed data (the worst case for the tensor core's truncating accumulation).
+  FastAccum 128x128 / 128x256, 2x1 clusters, promoting ping-pong 64x128 / 64x64) and scheduler
+  knobs (split-K, data-parallel, stream-K, raster order, swizzle, promotion interval, unordered
+  reduction); the promoting mainloops on one-signed data (the worst case for the tensor core's
+  truncating accumulation).
 
 On a GPU other than compute capability 9.0, or a build without the sm90 kernels, the same cases
 run the portable kernels and must pass the same checks. Outputs are poisoned (NaN) before each
@@ -181,7 +182,7 @@ def test_fp8_gemv_swap(rng, dtype, x_scale, kn):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("tile", ["f128", "f256", "c2", "f256c2"])
+@pytest.mark.parametrize("tile", ["f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64"])
 @pytest.mark.parametrize("kn", [(4096, 520), (1008, 264), (6160, 8)])
 def test_fp8_sm90_tile_variants(rng, dtype, tile, kn):
     """PYQUANT_FP8_SM90_TILE variants (fp16 output; bf16 keeps the default tiles): partial tiles
@@ -222,8 +223,14 @@ def test_fp8_sm90_scheduler_knobs(rng, dtype, knobs):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize(
     "env",
-    [{}, {"PYQUANT_FP8_GEMV": "swap"}, {"PYQUANT_FP8_SM90_MIN_M": "1"}],
-    ids=["default", "swap", "sm90all"],
+    [
+        {},
+        {"PYQUANT_FP8_GEMV": "swap"},
+        {"PYQUANT_FP8_SM90_MIN_M": "1"},
+        {"PYQUANT_FP8_SM90_MIN_M": "1", "PYQUANT_FP8_SM90_TILE": "p128"},
+        {"PYQUANT_FP8_SM90_MIN_M": "1", "PYQUANT_FP8_SM90_TILE": "p64"},
+    ],
+    ids=["default", "swap", "sm90all", "pingpong128", "pingpong64"],
 )
 def test_fp8_one_signed_error(rng, dtype, env):
     """All-positive X and W, K = 8192: the tensor core's truncation errors do not cancel, so this

@@ -98,14 +98,15 @@ def test_int4_sm90_matches_portable_kernels(rng):
     _check_int4(fast, rng, [200], k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
-@pytest.mark.parametrize("tile", ["c1", "c2m", "k128"])
+@pytest.mark.parametrize("tile", ["c1", "c2m", "k128", "p128", "p256", "p64"])
 @pytest.mark.parametrize("bs", [64, 128])
 @pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize("kn", [(4096, 520), (2000, 264)])
 def test_int4_sm90_tile_variants(rng, tile, bs, symmetric, kn):
-    """The benchmark variants of the Hopper GEMM above M = 512 (PYQUANT_INT4_SM90_TILE,
-    int4_gemm_sm90_variants.cu: 1x1 / 1x2 clusters, K tile 128), fp16: odd tile counts for the
-    clusters (N = 520, 264; M = 513, 777), a partial last K block (K = 2000); block 64 with the
+    """The benchmark variants of the Hopper GEMM (PYQUANT_INT4_SM90_TILE,
+    int4_gemm_sm90_variants.cu: 1x1 / 1x2 clusters, K tile 128, the ping-pong tiles), fp16, at
+    every M of the Hopper path: odd tile counts for the clusters and the 64-channel ping-pong tiles
+    (N = 520, 264; M = 17, 100, 513, 777), a partial last K block (K = 2000); block 64 with the
     128-wide K tile is not implementable there and must fall back to the default tiles."""
     k, n = kn
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, "float16", symmetric, True)
@@ -114,4 +115,4 @@ def test_int4_sm90_tile_variants(rng, tile, bs, symmetric, kn):
         sess = _sm90_session(model)
     finally:
         os.environ.pop("PYQUANT_INT4_SM90_TILE", None)
-    _check_int4(sess, rng, [513, 777, 1024], k, n, bs, "float16", b, scales_t, zp, bias_t)
+    _check_int4(sess, rng, [17, 100, 513, 777, 1024], k, n, bs, "float16", b, scales_t, zp, bias_t)

@@ -12,6 +12,10 @@
 //                accumulators into fp32 registers every mma_promotion_interval MMAs (k = 32 each);
 //                KernelTmaWarpSpecializedCooperativeFP8FastAccum: no promotion (the whole K in the
 //                tensor core's reduced-precision accumulator; fewer registers, so 128 x 256 fits)
+//                KernelTmaWarpSpecializedPingpong: the promoting mainloop with 64-row tiles, one per
+//                consumer warpgroup, the two taking turns on the tensor cores (one promotes /
+//                runs its epilogue while the other's wgmmas run); persistent data-parallel
+//                scheduler, since CUTLASS's ping-pong kernel has no stream-K
 #pragma once
 
 #include <mutex>
@@ -48,7 +52,12 @@ struct Fp8Gemm {
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<Element>::value;
   static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
   // The promoting mainloop has a runtime mma_promotion_interval; FastAccum has none.
-  static constexpr bool kPromoting = std::is_same<Schedule, cutlass::gemm::KernelTmaWarpSpecializedCooperative>::value;
+  static constexpr bool kPingpong = std::is_same<Schedule, cutlass::gemm::KernelTmaWarpSpecializedPingpong>::value;
+  static constexpr bool kPromoting =
+      kPingpong || std::is_same<Schedule, cutlass::gemm::KernelTmaWarpSpecializedCooperative>::value;
+  using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
+                                              cutlass::epilogue::TmaWarpSpecializedCooperative>;
+  using TileScheduler = std::conditional_t<kPingpong, cutlass::gemm::PersistentScheduler, cutlass::gemm::StreamKScheduler>;
 
   // Epilogue visitor tree, leaves first:
   using WScale = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float>;  // s_w[n]
@@ -66,7 +75,7 @@ struct Fp8Gemm {
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, float, void, LayoutD, kAlignD, Element, LayoutD,
-      kAlignD, cutlass::epilogue::TmaWarpSpecializedCooperative, Tree>::CollectiveOp;
+      kAlignD, EpilogueSchedule, Tree>::CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementQ, LayoutA, kAlignQ, ElementQ, LayoutB, kAlignQ,
@@ -74,8 +83,7 @@ struct Fp8Gemm {
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       Schedule>::CollectiveOp;
 
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
-                                                      cutlass::gemm::StreamKScheduler>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, TileScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
   static typename Gemm::Arguments MakeArguments(const Fp8GemmArgs& a) {
@@ -111,13 +119,15 @@ struct Fp8Gemm {
     using namespace cutlass::gemm::kernel::detail;
     // Deterministic (ordered, "turnstile") stream-K / split-K reduction by default: the same
     // inputs give bit-identical outputs. The other fields are benchmark knobs (Fp8GemmTuning).
-    args.scheduler.reduction_mode =
-        a.tune.nondeterministic ? ReductionMode::Nondeterministic : ReductionMode::Deterministic;
-    args.scheduler.decomposition_mode = a.tune.decomposition == 1   ? DecompositionMode::StreamK
-                                        : a.tune.decomposition == 2 ? DecompositionMode::SplitK
-                                        : a.tune.decomposition == 3 ? DecompositionMode::DataParallel
-                                                                    : DecompositionMode::Heuristic;
-    if (a.tune.splits > 1) args.scheduler.splits = a.tune.splits;
+    if constexpr (!kPingpong) {
+      args.scheduler.reduction_mode =
+          a.tune.nondeterministic ? ReductionMode::Nondeterministic : ReductionMode::Deterministic;
+      args.scheduler.decomposition_mode = a.tune.decomposition == 1   ? DecompositionMode::StreamK
+                                          : a.tune.decomposition == 2 ? DecompositionMode::SplitK
+                                          : a.tune.decomposition == 3 ? DecompositionMode::DataParallel
+                                                                      : DecompositionMode::Heuristic;
+      if (a.tune.splits > 1) args.scheduler.splits = a.tune.splits;
+    }
     args.scheduler.raster_order = a.tune.raster == 1   ? RasterOrderOptions::AlongM
                                   : a.tune.raster == 2 ? RasterOrderOptions::AlongN
                                                        : RasterOrderOptions::Heuristic;
@@ -146,7 +156,7 @@ struct Fp8Gemm {
 
 }  // namespace detail
 
-// Variants of fp8_gemm_sm90_variants.cu (fp16 output only; Fp8GemmTuning::variant 1..4). Each
+// Variants of fp8_gemm_sm90_variants.cu (fp16 output only; Fp8GemmTuning::variant 1..7). Each
 // returns false / cudaErrorNotSupported when the variant does not exist or cannot run the shape.
 bool Fp8GemmVariantSupported(const Fp8GemmArgs& a);
 size_t Fp8GemmVariantWorkspaceBytes(const Fp8GemmArgs& a);

@@ -9,6 +9,12 @@
 //   3 "c2":     128x128x128, promoting mainloop, 2x1 cluster (TMA multicast of the Xq tile to
 //               the two CTAs of neighbouring channel tiles: half the L2 -> SM traffic for B)
 //   4 "f256c2": 128x256x128, FastAccum, 2x1 cluster
+//   5 "p128":   64x128x128 ping-pong, promoting mainloop: while one consumer warpgroup promotes
+//               its accumulators (fp32 adds on the CUDA cores) or runs its epilogue, the other's
+//               wgmmas keep the tensor cores busy; in the cooperative kernel both warpgroups
+//               promote at the same time. Same accuracy as the default.
+//   6 "p128c2": 5 with a 2x1 cluster (Xq tiles multicast to neighbouring channel tiles)
+//   7 "p64":    64x64x128 ping-pong, promoting (M <= 64: twice the channel tiles of the default)
 //
 // Why FastAccum is not the default: the Hopper FP8 wgmma accumulator keeps about 13 fraction bits
 // (truncating) inside one chain of MMAs. Per MMA (k = 32) the added error is at most about
@@ -30,6 +36,7 @@ using detail::Fp8Gemm;
 using Fast = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum;
 using Promoting = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 using H = cutlass::half_t;
+using Pingpong = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 
 template <typename F>
 auto WithVariant(int variant, bool* found, F&& f) {
@@ -43,6 +50,12 @@ auto WithVariant(int variant, bool* found, F&& f) {
       return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_2, _1, _1>, Promoting>{});
     case 4:
       return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_2, _1, _1>, Fast>{});
+    case 5:
+      return f(Fp8Gemm<H, Shape<_64, _128, _128>, Shape<_1, _1, _1>, Pingpong>{});
+    case 6:
+      return f(Fp8Gemm<H, Shape<_64, _128, _128>, Shape<_2, _1, _1>, Pingpong>{});
+    case 7:
+      return f(Fp8Gemm<H, Shape<_64, _64, _128>, Shape<_1, _1, _1>, Pingpong>{});
     default:
       *found = false;
       return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Fast>{});

@@ -58,10 +58,10 @@ auto WithType(bool bf16, const Int4GemmArgs& a, F&& f) {
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// A benchmark variant (int4_gemm_sm90_variants.cu) serves fp16 at M > kWideMaxM when selected
-// and it can implement the problem.
+// A benchmark variant (int4_gemm_sm90_variants.cu) serves fp16 at every M when selected and it
+// can implement the problem.
 bool UseVariant(const Int4GemmArgs& a, bool bf16) {
-  return a.variant != 0 && !bf16 && a.m > kWideMaxM && Int4GemmVariantSupported(a);
+  return a.variant != 0 && !bf16 && Int4GemmVariantSupported(a);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "cuda/device_info.h"
 #include "cuda/sm90/int4_gemm_sm90.h"
 #include "cute/tensor.hpp"
@@ -25,7 +27,13 @@ namespace detail {
 
 using namespace cute;
 
-template <typename Element, typename TileShape, typename ClusterShape_ = cute::Shape<cute::_1, cute::_1, cute::_1>>
+// Schedule: KernelTmaWarpSpecializedCooperative (2 consumer warpgroups share one 128-row M_c
+// tile; stream-K tile scheduler) or KernelTmaWarpSpecializedPingpong (each consumer warpgroup
+// owns a whole 64-row tile and the two alternate: one decodes int4 / runs its epilogue while the
+// other's wgmmas run; persistent data-parallel scheduler, since CUTLASS's ping-pong kernel has
+// no stream-K).
+template <typename Element, typename TileShape, typename ClusterShape_ = cute::Shape<cute::_1, cute::_1, cute::_1>,
+          typename Schedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative>
 struct Int4Gemm {
   using ElementQ = cutlass::uint4b_t;  // codes 0..15; the zero point comes in through zeros_t
   using ElementAcc = float;
@@ -36,22 +44,25 @@ struct Int4Gemm {
   static constexpr int kAlignB = 128 / cutlass::sizeof_bits<Element>::value;   // 8 elements
   static constexpr int kAlignD = kAlignB;
   using ClusterShape = ClusterShape_;
+  static constexpr bool kPingpong = std::is_same<Schedule, cutlass::gemm::KernelTmaWarpSpecializedPingpong>::value;
+  using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
+                                              cutlass::epilogue::TmaWarpSpecializedCooperative>;
+  using TileScheduler = std::conditional_t<kPingpong, cutlass::gemm::PersistentScheduler, cutlass::gemm::StreamKScheduler>;
 
   // D = 1 * acc + bias[row], C absent (void: no smem, no load).
   using Fusion = cutlass::epilogue::fusion::LinCombPerRowBias<Element, float, Element, Element, float>;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, float, void, LayoutD, kAlignD, Element, LayoutD,
-      kAlignD, cutlass::epilogue::TmaWarpSpecializedCooperative, Fusion>::CollectiveOp;
+      kAlignD, EpilogueSchedule, Fusion>::CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cute::tuple<ElementQ, Element, Element>, LayoutA, kAlignA,
       Element, LayoutB, kAlignB, ElementAcc, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+      Schedule>::CollectiveOp;
 
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
-                                                      cutlass::gemm::StreamKScheduler>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, TileScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
   static typename Gemm::Arguments MakeArguments(const Int4GemmArgs& a) {
@@ -81,7 +92,9 @@ struct Int4Gemm {
     args.epilogue.thread.bias_ptr = static_cast<const Element*>(a.bias);
     // Stream-K with the deterministic (ordered) reduction of partial tiles: the same inputs give
     // bit-identical outputs run to run.
-    args.scheduler.reduction_mode = cutlass::gemm::kernel::detail::ReductionMode::Deterministic;
+    if constexpr (!kPingpong) {
+      args.scheduler.reduction_mode = cutlass::gemm::kernel::detail::ReductionMode::Deterministic;
+    }
     return args;
   }
 

@@ -1,9 +1,10 @@
 // Benchmark-selectable variants of the Hopper MatMulInt4 GEMM (Int4GemmArgs::variant, set from
-// PYQUANT_INT4_SM90_TILE at kernel creation), fp16 only (bf16 keeps the default tiles), for M
-// above the Wide tile's range (M > 512; below it the default serves), in their own translation
-// unit so that they compile in parallel with int4_gemm_sm90.cu. Same template, problem mapping
-// (channels x tokens x K) and epilogue as the default Huge tile (128 x 256 x 64, 2x1 cluster:
-// two CTAs of neighbouring channel tiles share each X tile through TMA multicast).
+// PYQUANT_INT4_SM90_TILE at kernel creation), fp16 only (bf16 keeps the default tiles); a
+// selected variant serves every M that takes the Hopper path. In their own translation unit so
+// that they compile in parallel with int4_gemm_sm90.cu. Same template, problem mapping
+// (channels x tokens x K) and epilogue as the defaults (int4_gemm_sm90.cu; above M = 512 the Huge
+// tile 128 x 256 x 64 with a 2x1 cluster: two CTAs of neighbouring channel tiles share each X
+// tile through TMA multicast).
 //
 //   1 "c1":   128x256x64, 1x1 cluster (the default before the 2x1 cluster: 5-11 % slower at
 //             M = 4096, bench/results/2026-11-22-h100-s4-int4-tiles-bench-cuda.md, where it is the
@@ -11,6 +12,12 @@
 //   2 "c2m":  128x256x64, 1x2 cluster: two CTAs of neighbouring token tiles share each int4 tile
 //   3 "k128": 128x256x128: twice the K per pipeline stage (fewer, longer stages; fewer barrier
 //            round trips per decoded weight), block_size 128 / 256 only
+//   4 "p128": 64x128x64 ping-pong: the two consumer warpgroups own separate 64-channel tiles and
+//            take turns on the tensor cores, so one warpgroup's int4 decode (and epilogue) runs
+//            while the other's wgmmas do; the cooperative kernel decodes in both warpgroups at
+//            once, leaving the tensor cores idle meanwhile (the limit at M = 64..512)
+//   5 "p256": 64x256x64 ping-pong (each decoded weight feeds 256 tokens)
+//   6 "p64":  64x64x64 ping-pong (M <= 64: twice the channel tiles of the Narrow default)
 #include "cuda/sm90/int4_gemm_sm90_kernel.cuh"
 
 namespace pyquant {
@@ -21,6 +28,8 @@ namespace {
 using namespace cute;
 using detail::Int4Gemm;
 using H = cutlass::half_t;
+using C1 = Shape<_1, _1, _1>;
+using Pingpong = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 
 template <typename F>
 auto WithVariant(int variant, bool* found, F&& f) {
@@ -32,6 +41,12 @@ auto WithVariant(int variant, bool* found, F&& f) {
       return f(Int4Gemm<H, Shape<_128, _256, _64>, Shape<_1, _2, _1>>{});
     case 3:
       return f(Int4Gemm<H, Shape<_128, _256, _128>, Shape<_1, _1, _1>>{});
+    case 4:
+      return f(Int4Gemm<H, Shape<_64, _128, _64>, C1, Pingpong>{});
+    case 5:
+      return f(Int4Gemm<H, Shape<_64, _256, _64>, C1, Pingpong>{});
+    case 6:
+      return f(Int4Gemm<H, Shape<_64, _64, _64>, C1, Pingpong>{});
     default:
       *found = false;
       return f(Int4Gemm<H, Shape<_128, _256, _64>, Shape<_2, _1, _1>>{});

@@ -24,7 +24,7 @@ Methods (fp16 activations):
   pyquant_fp8_portable  pyquant_fp8 with the Hopper GEMM off (PYQUANT_FP8_SM90_MIN_M huge): the
                     mma.sync kernels that serve GPUs other than sm_90 (not in the default list)
   pyquant_fp8_<variant>  pyquant_fp8 under the environment switches of METHOD_ENV (swap, f128, f256,
-                    c2, f256c2, p128, p128c2, p64, p128all, p64all, p8, p16, rm2, rn4, dp, sk,
+                    c2, f256c2, p128, p128c2, p64, n64, p128all, p64all, p8, p16, rm2, rn4, dp, sk,
                     split2/4/8, nondet, sm90min<M>; see
                     ort_ops/cuda/linear_fp8.h) (not in the default list)
   pyquant_{int4,fp8}_nopdl / _pdllate  programmatic dependent launch off (PYQUANT_CUDA_PDL=0) / on
@@ -90,7 +90,7 @@ METHOD_ENV = {
     **{f"pyquant_fp8_fused{i}": {"PYQUANT_FP8_GEMV": "fused" if i == 0 else f"fused{i}"} for i in range(5)},
     **{
         f"pyquant_fp8_{t}": {"PYQUANT_FP8_SM90_TILE": t}
-        for t in ("f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64")
+        for t in ("f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64", "n64")
     },
     **{
         f"pyquant_fp8_{t}all": {"PYQUANT_FP8_SM90_TILE": t, "PYQUANT_FP8_SM90_MIN_M": "1"}

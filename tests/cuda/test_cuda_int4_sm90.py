@@ -1,8 +1,9 @@
 """MatMulInt4's Hopper path (ort_ops/cuda/sm90/int4_gemm_sm90.cu: CUTLASS mixed-input wgmma GEMM
 with stream-K) against the float64 reference, on the shapes that walk its tile configurations and
-edges: M across the narrow (<= 64) / wide tiles and partial tiles, N a multiple of 8 but not of
-the 128-row tile, K with a partial last block, block sizes 64 / 128 / 256, symmetric and
-asymmetric (random codes and zero points over 0..15), with and without bias, fp16 and bf16.
+edges: M across the narrow (<= 64) / wide / mid (ping-pong) tiles and partial tiles, N a
+multiple of 8 but not of the 128-row tile, K with a partial last block, block sizes 64 / 128 /
+256, symmetric and asymmetric (random codes and zero points over 0..15), with and without bias,
+fp16 and bf16.
 
 On a GPU other than compute capability 9.0 (or a build without the sm90 kernels) these run the
 portable kernels, which must pass the same checks. Outputs are poisoned (NaN) before each run.
@@ -41,6 +42,19 @@ def test_int4_sm90_shapes(rng, dtype, bs, symmetric, kn):
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, with_bias)
     sess = _sm90_session(model)
     _check_int4(sess, rng, SM90_M, k, n, bs, dtype, b, scales_t, zp, bias_t)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("bs", [64, 128])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_int4_sm90_mid_tile(rng, dtype, bs, symmetric):
+    """The 64 x 256 ping-pong tile (128 < M <= 512 on layers wide enough to fill the GPU with it):
+    N = 6664 is 104 full 64-channel tiles plus a partial one, K = 1984 ends in a partial 128-block,
+    M = 129 / 300 leave partial 256-token tiles; M = 100 stays on the Wide tile, M = 513 on Huge."""
+    k, n = 1984, 6664
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
+    sess = _sm90_session(model)
+    _check_int4(sess, rng, [100, 129, 300, 512, 513], k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

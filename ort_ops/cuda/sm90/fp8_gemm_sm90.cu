@@ -16,11 +16,22 @@
 // precision inside the tensor core) into fp32 registers every 4 k-blocks (128 K); the error
 // limit of docs/ops.md covers what remains.
 //
-// Tiles (M_c x N_c x K = channels x tokens x K), all cooperative (2 consumer warpgroups of 64
-// channels each + 1 TMA producer warpgroup), stream-K tile scheduler (splits the K loop of the
-// last wave over idle SMs; deterministic reduction through the workspace):
-//   128 x  64 x 128 for M <= 64
-//   128 x 128 x 128 above
+// Tiles (M_c x N_c x K = channels x tokens x K), promoting FP8 mainloop throughout:
+//    64 x  64 x 128 ping-pong for M <= 64
+//    64 x 128 x 128 ping-pong for M <= 256 when the 128 x 128 tiles would fill less than half
+//                   of the SMs (e.g. N = 4096, M = 256: 64 tiles on 132 SMs)
+//   128 x 128 x 128 cooperative otherwise
+// Ping-pong: each of the 2 consumer warpgroups owns a whole 64-channel tile and they take turns on
+// the tensor cores, so one warpgroup's promotion adds and epilogue overlap the other's wgmmas;
+// twice the channel tiles of a 128-row tile, persistent data-parallel scheduler. Cooperative: 2
+// consumer warpgroups of 64 channels share a 128-row tile, stream-K tile scheduler (splits the K
+// loop of the last wave over idle SMs; deterministic reduction through the workspace).
+// H100 (bench/results/2026-11-22-h100-s5-pingpong-bench-cuda.md, fp16 out, with quantizer):
+//   M = 64:  64x64 ping-pong 15.0 / 30.0 / 39.8 / 35.7 us against the former 128x64 cooperative
+//            18.3 / 30.3 / 53.1 / 37.0 (4096x4096, 4096x14336, 14336x4096, 8192x8192, K x N)
+//   M = 256: 64x128 ping-pong 17.6 / 53.8 us against 20.9 / 59.1 on the two N = 4096 layers; on
+//            N = 14336 / 8192 (224 / 128 cooperative tiles) it is slower (50.5 vs 40.5, 54.2 vs 43.8)
+//   M >= 1024: the ping-pong tiles are 25-40 % slower than 128 x 128 cooperative (stream-K).
 // Benchmark knobs (Fp8GemmTuning, fp8_gemm_sm90.h): promotion interval, decomposition, splits,
 // raster order, swizzle are runtime arguments of these same kernels; other tiles / clusters /
 // the FastAccum mainloop are separate instantiations in fp8_gemm_sm90_variants.cu.
@@ -39,13 +50,23 @@ namespace {
 using namespace cute;
 using detail::Fp8Gemm;
 
-using NarrowTile = Shape<_128, _64, _128>;
-using WideTile = Shape<_128, _128, _128>;
+using C1 = Shape<_1, _1, _1>;
+using Pingpong = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+using SmallTile = Shape<_64, _64, _128>;   // ping-pong
+using MidTile = Shape<_64, _128, _128>;    // ping-pong
+using WideTile = Shape<_128, _128, _128>;  // cooperative
 
-// Tile choice on M: the 64-token tile up to M = 64 (no padded half tile), else 128 x 128.
+// Whether 64 x 128 ping-pong tiles serve a problem with 64 < M <= 256: the 128 x 128 tiles would
+// occupy fewer than half of the SMs.
+bool MidTileFor(const Fp8GemmArgs& a) {
+  const int64_t wide_tiles = int64_t((a.n + 127) / 128) * ((a.m + 127) / 128);
+  return a.m <= 256 && 2 * wide_tiles < CudaSmCount(a.device);
+}
+
 template <typename Element, typename F>
 auto WithConfig(const Fp8GemmArgs& a, F&& f) {
-  if (a.m <= 64) return f(Fp8Gemm<Element, NarrowTile>{});
+  if (a.m <= 64) return f(Fp8Gemm<Element, SmallTile, C1, Pingpong>{});
+  if (MidTileFor(a)) return f(Fp8Gemm<Element, MidTile, C1, Pingpong>{});
   return f(Fp8Gemm<Element, WideTile>{});
 }
 

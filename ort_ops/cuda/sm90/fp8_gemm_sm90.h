@@ -23,11 +23,13 @@ namespace sm90 {
 // Benchmark knobs (environment variables read by the op at kernel creation, see
 // linear_fp8_op.cc); all-zero is the default configuration.
 struct Fp8GemmTuning {
-  // 0: default tiles (128x64x128 for M <= 64, 128x128x128 above; promoting mainloop).
+  // 0: default tiles (promoting mainloop; 64x64x128 ping-pong for M <= 64, 64x128x128 ping-pong
+  //    for M <= 256 on few channel tiles, 128x128x128 cooperative otherwise: fp8_gemm_sm90.cu).
   // fp16 output only, else the default (fp8_gemm_sm90_variants.cu):
   //   1: 128x128x128 FastAccum   2: 128x256x128 FastAccum   3: 128x128x128, 2x1 cluster
   //   4: 128x256x128 FastAccum, 2x1 cluster   5: 64x128x128 ping-pong   6: 5 with a 2x1 cluster
   //   7: 64x64x128 ping-pong (5..7: promoting, persistent data-parallel scheduler)
+  //   8: 128x64x128 cooperative (the M <= 64 default before the ping-pong tiles)
   int variant = 0;
   int promote = 0;        // mma_promotion_interval (MMAs of k = 32; multiple of 4); 0: CUTLASS's 4
   int decomposition = 0;  // 0 heuristic (stream-K where it pays), 1 stream-K, 2 split-K, 3 data-parallel

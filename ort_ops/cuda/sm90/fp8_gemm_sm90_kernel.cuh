@@ -156,7 +156,7 @@ struct Fp8Gemm {
 
 }  // namespace detail
 
-// Variants of fp8_gemm_sm90_variants.cu (fp16 output only; Fp8GemmTuning::variant 1..7). Each
+// Variants of fp8_gemm_sm90_variants.cu (fp16 output only; Fp8GemmTuning::variant 1..8). Each
 // returns false / cudaErrorNotSupported when the variant does not exist or cannot run the shape.
 bool Fp8GemmVariantSupported(const Fp8GemmArgs& a);
 size_t Fp8GemmVariantWorkspaceBytes(const Fp8GemmArgs& a);

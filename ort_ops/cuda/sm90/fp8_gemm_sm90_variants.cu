@@ -14,7 +14,8 @@
 //               wgmmas keep the tensor cores busy; in the cooperative kernel both warpgroups
 //               promote at the same time. Same accuracy as the default.
 //   6 "p128c2": 5 with a 2x1 cluster (Xq tiles multicast to neighbouring channel tiles)
-//   7 "p64":    64x64x128 ping-pong, promoting (M <= 64: twice the channel tiles of the default)
+//   7 "p64":    64x64x128 ping-pong, promoting (the default for M <= 64 since session 5)
+//   8 "n64":    128x64x128 cooperative, promoting, stream-K (the default for M <= 64 before)
 //
 // Why FastAccum is not the default: the Hopper FP8 wgmma accumulator keeps about 13 fraction bits
 // (truncating) inside one chain of MMAs. Per MMA (k = 32) the added error is at most about
@@ -56,6 +57,8 @@ auto WithVariant(int variant, bool* found, F&& f) {
       return f(Fp8Gemm<H, Shape<_64, _128, _128>, Shape<_2, _1, _1>, Pingpong>{});
     case 7:
       return f(Fp8Gemm<H, Shape<_64, _64, _128>, Shape<_1, _1, _1>, Pingpong>{});
+    case 8:
+      return f(Fp8Gemm<H, Shape<_128, _64, _128>, Shape<_1, _1, _1>, Promoting>{});
     default:
       *found = false;
       return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Fast>{});

@@ -40,6 +40,7 @@ def main() -> int:
             (1000, 24, 128, False),
             (100, 9, 16, True),
             (512, 48, 128, False),  # K % 32 == 0, N % 8 == 0: the sm90 GEMM at M >= 17 (with zero points)
+            (256, 6664, 128, True),  # wide N: the 64 x 256 ping-pong tile at M = 300
         ):
             w = rng.standard_normal((n, k)).astype(np.float32)
             b, s, zp = layout.quantize_int4_rtn(w, bs, symmetric=sym)
@@ -52,7 +53,7 @@ def main() -> int:
             )
             st = s.astype(np_dtype(dtype)).astype(np.float64)
             bt = bias.astype(np_dtype(dtype)).astype(np.float64)
-            for m in (1, 3, 9, 17, 70, 520):
+            for m in (1, 3, 9, 17, 70, 300 if n > 4096 else 520):
                 x = rng.standard_normal((m, k)).astype(np_dtype(dtype))
                 y = np.asarray(run_session(sess, x), dtype=np.float64)
                 yr, mag = matmul_int4_ref(x.astype(np.float64), b, st, k, n, bs, zp, bt)
@@ -67,7 +68,7 @@ def main() -> int:
                 options=so,
                 strict=True,
             )
-            for m in (1, 3, 9, 17, 70, 520):
+            for m in (1, 3, 9, 17, 40, 70, 520):  # sm90 on the last: 64x64 / 64x128 ping-pong, 128x128
                 x = rng.standard_normal((m, k)).astype(np_dtype(dtype))
                 y = np.asarray(run_session(sess, x), dtype=np.float64)
                 yr, mag = linear_fp8_ref(x.astype(np.float64), w8, ws, blk)

@@ -5,6 +5,7 @@
     python bench/smollm2_fp8_diagnose.py --layer-errors        # per-layer output MSE: RTN, GPTQ, rotation
     python bench/smollm2_fp8_diagnose.py --float-positions 1 --float-positions 4   # attention-sink test
     python bench/smollm2_fp8_diagnose.py --seqs 8 --compensate 16   # bias correction / GPTQ (16 calib seqs)
+    python bench/smollm2_fp8_diagnose.py --seqs 8 --compensate 16 --weights-only   # float activations
 
 Every nn.Linear of the decoder (lm_head stays float, as in the recipe) is simulated with LinearFp8's
 numerics, separately switchable for the weights (RTN e4m3, per-channel scales = the ``fp8`` scheme's
@@ -162,7 +163,17 @@ def layer_errors(model: nn.Module, cal: torch.Tensor) -> None:
         print(f"{t:9s} " + " ".join(f"{d[k] * 1e4:9.2f}" for k in keys))
 
 
-def compensate(model: nn.Module, sims: dict[str, SimFp8], tok, ids, ref, base: float, n_cal: int) -> None:  # noqa: ANN001
+def compensate(  # noqa: PLR0913
+    model: nn.Module,
+    sims: dict[str, SimFp8],
+    tok,  # noqa: ANN001
+    ids: torch.Tensor,
+    ref: list[torch.Tensor],
+    base: float,
+    n_cal: int,
+    acts: bool = True,
+) -> None:
+    """acts=False: weight-only FP8 (activations stay float in every step, calibration included)."""
     from pyquant.algorithms import CalibrationStats
 
     cal = torch.from_numpy(wiki_token_sequences(tok, max(n_cal, 4), 512, offset_seqs=8))
@@ -177,18 +188,19 @@ def compensate(model: nn.Module, sims: dict[str, SimFp8], tok, ids, ref, base: f
             if hessian:
                 d[3] = d[3] + x.double().T @ x.double()
             else:
-                d[0], d[1], d[2] = d[0] + x.sum(0), d[1] + _qx(x).sum(0), d[2] + x.shape[0]
+                xq = _qx(x) if acts else x
+                d[0], d[1], d[2] = d[0] + x.sum(0), d[1] + xq.sum(0), d[2] + x.shape[0]
 
         hs = [s.register_forward_pre_hook(lambda m, a, n=n: h(m, a, n)) for n, s in sims.items()]
         for s in sims.values():
-            s.fp8_w = s.fp8_a = quantized
+            s.fp8_w, s.fp8_a = quantized, quantized and acts
         with torch.inference_mode():
             for i in range(0, seqs, 2):
                 model(input_ids=cal[i : i + 2], use_cache=False)
         for hh in hs:
             hh.remove()
         for s in sims.values():
-            s.fp8_w = s.fp8_a = True
+            s.fp8_w, s.fp8_a = True, acts
         return st
 
     def bias_correct() -> None:
@@ -202,8 +214,8 @@ def compensate(model: nn.Module, sims: dict[str, SimFp8], tok, ids, ref, base: f
         print(f"{label:36s} {p:8.4f} {100 * (p / base - 1):+8.2f} {kl:9.5f}", flush=True)
 
     for s in sims.values():
-        s.fp8_w = s.fp8_a = True
-    report("rtn")
+        s.fp8_w, s.fp8_a = True, acts
+    report("rtn" if acts else "rtn, weights only")
     bias_correct()
     report("rtn + bias correction")
     for s in sims.values():
@@ -225,6 +237,9 @@ def main() -> None:
     ap.add_argument("--layer-errors", action="store_true")
     ap.add_argument("--float-positions", type=int, action="append", default=None)
     ap.add_argument("--compensate", type=int, default=0, metavar="N_CALIB_SEQS")
+    ap.add_argument(
+        "--weights-only", action="store_true", help="with --compensate: FP8 weights, float activations"
+    )
     args = ap.parse_args()
     torch.manual_seed(0)
     recipe = get_recipe("smollm2")
@@ -243,7 +258,7 @@ def main() -> None:
     if args.float_positions or args.compensate:
         print(f"{'all linears FP8':36s} {'ppl':>8s} {'delta %':>8s} {'KL nats':>9s}")
     if args.compensate:
-        compensate(model, sims, tok, ids, ref, base, args.compensate)
+        compensate(model, sims, tok, ids, ref, base, args.compensate, acts=not args.weights_only)
         return
     if args.float_positions:
         for s in sims.values():

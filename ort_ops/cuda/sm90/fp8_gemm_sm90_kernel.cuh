@@ -23,6 +23,7 @@
 
 #include "cuda/device_info.h"
 #include "cuda/sm90/fp8_gemm_sm90.h"
+#include "cuda/sm90/cutlass_gemm_common.h"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -42,7 +43,7 @@ using namespace cute;
 
 template <typename Element, typename TileShape, typename ClusterShape = Shape<_1, _1, _1>,
           typename Schedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative>
-struct Fp8Gemm {
+struct Fp8Gemm : GemmRunner<Fp8Gemm<Element, TileShape, ClusterShape, Schedule>, Fp8GemmArgs> {
   using ElementQ = cutlass::float_e4m3_t;
   using ElementAcc = float;
   using LayoutA = cutlass::layout::RowMajor;     // W [N, K]
@@ -52,12 +53,11 @@ struct Fp8Gemm {
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<Element>::value;
   static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
   // The promoting mainloop has a runtime mma_promotion_interval; FastAccum has none.
-  static constexpr bool kPingpong = std::is_same<Schedule, cutlass::gemm::KernelTmaWarpSpecializedPingpong>::value;
+  static constexpr bool kPingpong = ScheduleTraits<Schedule>::kPingpong;
   static constexpr bool kPromoting =
       kPingpong || std::is_same<Schedule, cutlass::gemm::KernelTmaWarpSpecializedCooperative>::value;
-  using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
-                                              cutlass::epilogue::TmaWarpSpecializedCooperative>;
-  using TileScheduler = std::conditional_t<kPingpong, cutlass::gemm::PersistentScheduler, cutlass::gemm::StreamKScheduler>;
+  using EpilogueSchedule = typename ScheduleTraits<Schedule>::EpilogueSchedule;
+  using TileScheduler = typename ScheduleTraits<Schedule>::TileScheduler;
 
   // Epilogue visitor tree, leaves first:
   using WScale = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float>;  // s_w[n]
@@ -133,24 +133,6 @@ struct Fp8Gemm {
                                                        : RasterOrderOptions::Heuristic;
     if (a.tune.swizzle > 1) args.scheduler.max_swizzle_size = a.tune.swizzle;
     return args;
-  }
-
-  static size_t WorkspaceBytes(const Fp8GemmArgs& a) { return Gemm::get_workspace_size(MakeArguments(a)); }
-
-  static bool CanImplement(const Fp8GemmArgs& a) {
-    return Gemm::can_implement(MakeArguments(a)) == cutlass::Status::kSuccess;
-  }
-
-  static cudaError_t Run(const Fp8GemmArgs& a, void* ws, size_t ws_bytes, cudaStream_t stream) {
-    typename Gemm::Arguments args = MakeArguments(a);
-    if (Gemm::get_workspace_size(args) > ws_bytes) return cudaErrorInvalidValue;
-    Gemm gemm;
-    if (gemm.can_implement(args) != cutlass::Status::kSuccess) return cudaErrorNotSupported;
-    // initialize() only fills the params struct and, for stream-K / split-K, clears the
-    // workspace's barrier area with a kernel on `stream` (no allocation, no sync: capturable).
-    if (gemm.initialize(args, ws, stream) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
-    if (gemm.run(stream) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
-    return cudaGetLastError();
   }
 };
 

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "cuda/device_info.h"
+#include "cuda/sm90/cutlass_gemm_common.h"
 #include "cuda/sm90/int4_gemm_sm90.h"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -27,14 +28,11 @@ namespace detail {
 
 using namespace cute;
 
-// Schedule: KernelTmaWarpSpecializedCooperative (2 consumer warpgroups share one 128-row M_c
-// tile; stream-K tile scheduler) or KernelTmaWarpSpecializedPingpong (each consumer warpgroup
-// owns a whole 64-row tile and the two alternate: one decodes int4 / runs its epilogue while the
-// other's wgmmas run; persistent data-parallel scheduler, since CUTLASS's ping-pong kernel has
-// no stream-K).
+// Schedule: cooperative (default) or ping-pong; what follows from it: cutlass_gemm_common.h. In the
+// ping-pong kernel one warpgroup decodes int4 while the other's wgmmas run.
 template <typename Element, typename TileShape, typename ClusterShape_ = cute::Shape<cute::_1, cute::_1, cute::_1>,
           typename Schedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative>
-struct Int4Gemm {
+struct Int4Gemm : GemmRunner<Int4Gemm<Element, TileShape, ClusterShape_, Schedule>, Int4GemmArgs> {
   using ElementQ = cutlass::uint4b_t;  // codes 0..15; the zero point comes in through zeros_t
   using ElementAcc = float;
   using LayoutA = cutlass::layout::RowMajor;     // W [N, K], K-major
@@ -44,10 +42,9 @@ struct Int4Gemm {
   static constexpr int kAlignB = 128 / cutlass::sizeof_bits<Element>::value;   // 8 elements
   static constexpr int kAlignD = kAlignB;
   using ClusterShape = ClusterShape_;
-  static constexpr bool kPingpong = std::is_same<Schedule, cutlass::gemm::KernelTmaWarpSpecializedPingpong>::value;
-  using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
-                                              cutlass::epilogue::TmaWarpSpecializedCooperative>;
-  using TileScheduler = std::conditional_t<kPingpong, cutlass::gemm::PersistentScheduler, cutlass::gemm::StreamKScheduler>;
+  static constexpr bool kPingpong = ScheduleTraits<Schedule>::kPingpong;
+  using EpilogueSchedule = typename ScheduleTraits<Schedule>::EpilogueSchedule;
+  using TileScheduler = typename ScheduleTraits<Schedule>::TileScheduler;
 
   // D = 1 * acc + bias[row], C absent (void: no smem, no load).
   using Fusion = cutlass::epilogue::fusion::LinCombPerRowBias<Element, float, Element, Element, float>;
@@ -96,24 +93,6 @@ struct Int4Gemm {
       args.scheduler.reduction_mode = cutlass::gemm::kernel::detail::ReductionMode::Deterministic;
     }
     return args;
-  }
-
-  static size_t WorkspaceBytes(const Int4GemmArgs& a) { return Gemm::get_workspace_size(MakeArguments(a)); }
-
-  // CUTLASS's own check (TMA alignment of every operand's extents, e.g. K % 32 == 0 for the int4
-  // operand, scale-group vs K tile), on top of our pointer checks.
-  static bool CanImplement(const Int4GemmArgs& a) {
-    return Gemm::can_implement(MakeArguments(a)) == cutlass::Status::kSuccess;
-  }
-
-  static cudaError_t Run(const Int4GemmArgs& a, void* ws, size_t ws_bytes, cudaStream_t stream) {
-    typename Gemm::Arguments args = MakeArguments(a);
-    if (Gemm::get_workspace_size(args) > ws_bytes) return cudaErrorInvalidValue;
-    Gemm gemm;
-    if (gemm.can_implement(args) != cutlass::Status::kSuccess) return cudaErrorNotSupported;
-    if (gemm.initialize(args, ws, stream) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
-    if (gemm.run(stream) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
-    return cudaGetLastError();
   }
 };
 

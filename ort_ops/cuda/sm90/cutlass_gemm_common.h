@@ -1,0 +1,67 @@
+// What the INT4 and FP8 Hopper GEMM templates (int4_gemm_sm90_kernel.cuh,
+// fp8_gemm_sm90_kernel.cuh) share, sm_90a only:
+//
+// ScheduleTraits: the CUTLASS 3.x pieces that follow from a kernel schedule.
+//   cooperative (KernelTmaWarpSpecializedCooperative and its FP8FastAccum form): 2 consumer
+//     warpgroups share one 128-row tile -> cooperative TMA epilogue, stream-K tile scheduler
+//     (splits the K loop of the last wave over idle SMs)
+//   ping-pong (KernelTmaWarpSpecializedPingpong): each consumer warpgroup owns a 64-row tile and
+//     the two take turns on the tensor cores -> plain TMA epilogue, persistent data-parallel
+//     scheduler (CUTLASS's ping-pong kernel has no stream-K)
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <type_traits>
+
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/dispatch_policy.hpp"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+
+namespace pyquant {
+namespace sm90 {
+namespace detail {
+
+template <typename Schedule>
+struct ScheduleTraits {
+  static constexpr bool kPingpong = std::is_same<Schedule, cutlass::gemm::KernelTmaWarpSpecializedPingpong>::value;
+  using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
+                                              cutlass::epilogue::TmaWarpSpecializedCooperative>;
+  using TileScheduler = std::conditional_t<kPingpong, cutlass::gemm::PersistentScheduler, cutlass::gemm::StreamKScheduler>;
+};
+
+// GemmRunner: the calls around a GemmUniversalAdapter, for a struct D that defines `Gemm` (the
+// adapter) and `static typename Gemm::Arguments MakeArguments(const Args&)`; D derives from
+// GemmRunner<D, Args>.
+//   WorkspaceBytes: device scratch the launch needs (stream-K partial tiles; 0 for ping-pong)
+//   CanImplement:   CUTLASS's own check (TMA alignment of every operand's extents, tile vs
+//                   scale groups), on top of the callers' pointer checks
+//   Run:            cudaErrorInvalidValue when ws_bytes is too small, cudaErrorNotSupported when
+//                   CUTLASS cannot implement the problem. initialize() only fills the params
+//                   struct and, for stream-K / split-K, clears the workspace's barrier area with a
+//                   kernel on `stream` (no allocation, no sync: capturable in a CUDA graph).
+template <typename D, typename Args>
+struct GemmRunner {
+  static size_t WorkspaceBytes(const Args& a) { return D::Gemm::get_workspace_size(D::MakeArguments(a)); }
+
+  static bool CanImplement(const Args& a) {
+    return D::Gemm::can_implement(D::MakeArguments(a)) == cutlass::Status::kSuccess;
+  }
+
+  static cudaError_t Run(const Args& a, void* ws, size_t ws_bytes, cudaStream_t stream) {
+    using Gemm = typename D::Gemm;
+    typename Gemm::Arguments args = D::MakeArguments(a);
+    if (Gemm::get_workspace_size(args) > ws_bytes) return cudaErrorInvalidValue;
+    Gemm gemm;
+    if (gemm.can_implement(args) != cutlass::Status::kSuccess) return cudaErrorNotSupported;
+    if (gemm.initialize(args, ws, stream) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
+    if (gemm.run(stream) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
+    return cudaGetLastError();
+  }
+};
+
+}  // namespace detail
+}  // namespace sm90
+}  // namespace pyquant

@@ -19,6 +19,7 @@ from pyquant.calibration_data import sentence_batches, text_batches, token_windo
 from pyquant.config import Fp8Config, Int4Config, QuantizeConfig, config_from_dict
 from pyquant.export import export
 from pyquant.quantize import quantize
+from tests.pyquant.tiny_models import tiny_llama
 
 
 def _data(n: int = 48, k: int = 200, tokens: int = 1024, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,19 +117,7 @@ def test_awq_scale_search_lowers_output_error() -> None:
 
 
 def _tiny_llama() -> nn.Module:
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(
-        vocab_size=96,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    torch.manual_seed(0)
-    m = transformers.LlamaForCausalLM(cfg).eval()
-    m.config._attn_implementation = "eager"
+    m = tiny_llama(vocab_size=96, num_hidden_layers=1)
     with torch.no_grad():  # large activation channels, as real LLMs have
         m.model.layers[0].input_layernorm.weight[:3] *= 25.0
         m.model.layers[0].post_attention_layernorm.weight[10:12] *= 20.0

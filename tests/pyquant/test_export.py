@@ -13,6 +13,7 @@ from pyquant.config import Fp8Config, Int4Config, QuantizeConfig
 from pyquant.export import ExportError, export, verify_onnx_model
 from pyquant.modules import Int4Linear
 from pyquant.quantize import quantize
+from tests.pyquant.tiny_models import tiny_llama
 
 FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
 
@@ -93,22 +94,10 @@ def test_ort_matches_torch(tmp_path, dtype: torch.dtype) -> None:
 
 
 def test_tiny_hf_llama_exports_and_runs(tmp_path) -> None:
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     from pyquant.models import CausalLMLogits
 
-    cfg = transformers.LlamaConfig(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=160,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(cfg).eval()
-    model.config._attn_implementation = "eager"
+    model = tiny_llama(intermediate_size=160, tie_word_embeddings=True)
     quantize(
         model,
         QuantizeConfig(

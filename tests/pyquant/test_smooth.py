@@ -15,21 +15,11 @@ from pyquant.config import Fp8Config, QuantizeConfig, config_from_dict  # noqa: 
 from pyquant.modules import Fp8Linear  # noqa: E402
 from pyquant.quantize import quantize  # noqa: E402
 from pyquant.smooth import find_smooth_groups, smooth_model  # noqa: E402
+from tests.pyquant.tiny_models import tiny_llama  # noqa: E402
 
 
 def _tiny_llama(outliers: bool = True) -> nn.Module:
-    cfg = transformers.LlamaConfig(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,  # GQA: 2 query heads per kv head
-        head_dim=16,
-        max_position_embeddings=64,
-    )
-    torch.manual_seed(0)
-    m = transformers.LlamaForCausalLM(cfg).eval()
+    m = tiny_llama(eager=False, intermediate_size=96, head_dim=16)  # GQA: 2 query heads per kv head
     with torch.no_grad():
         for layer in m.model.layers:  # non-trivial norms, and a few outlier channels like real LLMs
             for norm in (layer.input_layernorm, layer.post_attention_layernorm):

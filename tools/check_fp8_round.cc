@@ -12,7 +12,9 @@ int main() {
     const float f = pyquant::BitsToFloat(static_cast<uint32_t>(i));
     const uint32_t want = pyquant::FloatToBits(pyquant::Fp8E4M3ToFloat(pyquant::FloatToFp8E4M3Sat(f)));
     const uint32_t got = pyquant::FloatToBits(pyquant::Fp8E4M3RoundSat(f));
-    if (want != got && bad++ < 10) std::printf("mismatch: %08llx -> %08x, want %08x\n", (unsigned long long)i, got, want);
+    if (want != got && bad++ < 10) {
+      std::printf("mismatch: %08llx -> %08x, want %08x\n", static_cast<unsigned long long>(i), got, want);
+    }
   }
   std::printf("%llu mismatches over 2^32 inputs\n", (unsigned long long)bad);
   return bad != 0;

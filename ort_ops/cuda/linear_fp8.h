@@ -41,7 +41,8 @@ struct Fp8Options {
   //   3..6 "fused", "fused1".."fused3": the fused GEMV's variants 0..3 (M <= 4; else "mma").
   int gemv = 0;
   // Hopper GEMM knobs (sm90::Fp8GemmTuning, fp8_gemm_sm90.h):
-  //   PYQUANT_FP8_SM90_TILE     auto | f128 | f256 | c2 | f256c2 | p128 | p128c2 | p64 | n64 -> variant 0..8
+  //   PYQUANT_FP8_SM90_TILE     auto | f128 | f256 | c2 | f256c2 | p128 | p128c2 | p64 | n64
+  //                             -> variant 0..8
   //   PYQUANT_FP8_SM90_PROMOTE  mma_promotion_interval (multiple of 4)
   //   PYQUANT_FP8_SM90_DECOMP   auto | streamk | splitk | dp | heuristic (auto: data-parallel
   //                             for M <= 256, CUTLASS's stream-K heuristic above; measured 15-20 %

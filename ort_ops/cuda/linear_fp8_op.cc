@@ -47,7 +47,8 @@ Fp8Options CudaFp8Options() {
   Fp8Options o;
   if (const char* v = Env("PYQUANT_FP8_SM90_MIN_M")) o.sm90_min_m = o.sm90_min_m_small = std::strtoll(v, nullptr, 10);
   o.gemv = EnvChoice("PYQUANT_FP8_GEMV", {"auto", "mma", "swap", "fused", "fused1", "fused2", "fused3", "fused4"}, 0);
-  o.sm90_variant = EnvChoice("PYQUANT_FP8_SM90_TILE", {"auto", "f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64", "n64"}, 0);
+  o.sm90_variant = EnvChoice("PYQUANT_FP8_SM90_TILE",
+                             {"auto", "f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64", "n64"}, 0);
   o.sm90_promote = EnvInt("PYQUANT_FP8_SM90_PROMOTE", 0);
   // 0..3 as sm90::Fp8GemmTuning::decomposition; 4 "auto" (the default) is resolved per call.
   o.sm90_decomposition = EnvChoice("PYQUANT_FP8_SM90_DECOMP", {"auto", "streamk", "splitk", "dp", "heuristic"}, 0);

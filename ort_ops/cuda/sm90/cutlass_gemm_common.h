@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <type_traits>
 
+#include "cute/layout.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/dispatch_policy.hpp"
 #include "cutlass/gemm/dispatch_policy.hpp"
@@ -24,12 +25,16 @@ namespace pyquant {
 namespace sm90 {
 namespace detail {
 
+using Pingpong = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+using NoCluster = cute::Shape<cute::_1, cute::_1, cute::_1>;
+
 template <typename Schedule>
 struct ScheduleTraits {
-  static constexpr bool kPingpong = std::is_same<Schedule, cutlass::gemm::KernelTmaWarpSpecializedPingpong>::value;
+  static constexpr bool kPingpong = std::is_same<Schedule, Pingpong>::value;
   using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
                                               cutlass::epilogue::TmaWarpSpecializedCooperative>;
-  using TileScheduler = std::conditional_t<kPingpong, cutlass::gemm::PersistentScheduler, cutlass::gemm::StreamKScheduler>;
+  using TileScheduler =
+      std::conditional_t<kPingpong, cutlass::gemm::PersistentScheduler, cutlass::gemm::StreamKScheduler>;
 };
 
 // GemmRunner: the calls around a GemmUniversalAdapter, for a struct D that defines `Gemm` (the

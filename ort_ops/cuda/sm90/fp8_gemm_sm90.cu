@@ -49,9 +49,9 @@ namespace {
 
 using namespace cute;
 using detail::Fp8Gemm;
+using detail::NoCluster;
+using detail::Pingpong;
 
-using C1 = Shape<_1, _1, _1>;
-using Pingpong = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 using SmallTile = Shape<_64, _64, _128>;   // ping-pong
 using MidTile = Shape<_64, _128, _128>;    // ping-pong
 using WideTile = Shape<_128, _128, _128>;  // cooperative
@@ -65,8 +65,8 @@ bool MidTileFor(const Fp8GemmArgs& a) {
 
 template <typename Element, typename F>
 auto WithConfig(const Fp8GemmArgs& a, F&& f) {
-  if (a.m <= 64) return f(Fp8Gemm<Element, SmallTile, C1, Pingpong>{});
-  if (MidTileFor(a)) return f(Fp8Gemm<Element, MidTile, C1, Pingpong>{});
+  if (a.m <= 64) return f(Fp8Gemm<Element, SmallTile, NoCluster, Pingpong>{});
+  if (MidTileFor(a)) return f(Fp8Gemm<Element, MidTile, NoCluster, Pingpong>{});
   return f(Fp8Gemm<Element, WideTile>{});
 }
 

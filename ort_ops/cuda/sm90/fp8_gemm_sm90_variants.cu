@@ -37,7 +37,7 @@ using detail::Fp8Gemm;
 using Fast = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum;
 using Promoting = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 using H = cutlass::half_t;
-using Pingpong = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+using detail::Pingpong;
 
 template <typename F>
 auto WithVariant(int variant, bool* found, F&& f) {

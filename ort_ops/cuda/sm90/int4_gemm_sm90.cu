@@ -13,18 +13,19 @@
 // No software transposes at run time: only the views differ.
 //
 // Tiles. K tile 64 (one 128-byte TMA row of fp16), so block_size must be a multiple of 64.
-// Four configurations; all but Mid "cooperative" (2 consumer warpgroups of 64 rows of M_c each + 1
-// TMA producer warpgroup) with the stream-K tile scheduler, which splits the K loop of the last wave
-// over the idle SMs (deterministic reduction of the partial tiles in the workspace): without it,
+// Four configurations; all but Mid "cooperative" (2 consumer warpgroups of 64 rows of M_c each +
+// 1 TMA producer warpgroup) with the stream-K tile scheduler, which splits the K loop of the last
+// wave over the idle SMs (deterministic reduction of the partial tiles in the workspace): without it,
 // M = 64..256 gives only N / 128 tiles, e.g. 32 CTAs for N = 4096 on a 132-SM H100.
 //   Narrow: 128 (N) x  64 (M) x 64 (K)   for M <= 64
 //   Wide:   128 (N) x 128 (M) x 64 (K)   for M <= 512, unless the next one fills the GPU
 //   Mid:     64 (N) x 256 (M) x 64 (K)   ping-pong, for 128 < M <= 512 (where Wide pads to 256
 //           tokens as well) when its tiles cover at least 3/4 of the SMs: each consumer
 //           warpgroup owns a 64-channel tile and the two take turns on the tensor cores, so one
-//           decodes int4 while the other's wgmmas run, and each decoded weight feeds 256 tokens. H100 at M = 256 (bench/results/
-//           2026-11-22-h100-s5-pingpong-bench-cuda.md): 59.4 / 61.8 us against Wide's 69.4 / 71.7
-//           on 4096 x 14336 / 8192 x 8192 (K x N); on N = 4096 (64 tiles) it is slower.
+//           decodes int4 while the other's wgmmas run, and each decoded weight feeds 256 tokens.
+//           H100 at M = 256 (bench/results/2026-11-22-h100-s5-pingpong-bench-cuda.md): 59.4 /
+//           61.8 us against Wide's 69.4 / 71.7 on 4096 x 14336 / 8192 x 8192 (K x N); on
+//           N = 4096 (64 tiles) it is slower.
 //   Huge:   128 (N) x 256 (M) x 64 (K)   above: the int4 decode (in the consumer warpgroups, per
 //           K tile) is amortised over twice the columns; measured 0.7-0.8x of cuBLAS fp16 with
 //           the 128-wide tile at M = 4096 (bench/results/2026-11-22-h100-bench-cuda-int4.md).
@@ -47,7 +48,8 @@ using WideTile = Shape<_128, _128, _64>;
 using HugeTile = Shape<_128, _256, _64>;  // each decoded weight feeds 256 columns of X
 using HugeCluster = Shape<_2, _1, _1>;
 using MidTile = Shape<_64, _256, _64>;  // ping-pong
-using Pingpong = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+using detail::NoCluster;
+using detail::Pingpong;
 constexpr int kNarrowMaxM = 64;
 constexpr int kWideMaxM = 512;
 
@@ -59,7 +61,7 @@ auto WithConfig(const Int4GemmArgs& a, F&& f) {
     // 64 x 256 ping-pong tiles where they fill the GPU and pad no more than Wide does.
     const int64_t mid_tiles = int64_t((a.n + 63) / 64) * ((a.m + 255) / 256);
     if (a.m > 128 && 4 * mid_tiles >= 3 * int64_t(CudaSmCount(a.device))) {
-      return f(Int4Gemm<Element, MidTile, Shape<_1, _1, _1>, Pingpong>{});
+      return f(Int4Gemm<Element, MidTile, NoCluster, Pingpong>{});
     }
     return f(Int4Gemm<Element, WideTile>{});
   }

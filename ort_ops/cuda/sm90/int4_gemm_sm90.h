@@ -35,7 +35,8 @@ struct Int4GemmArgs {
   int row_bytes = 0;   // bytes of one B row = n_blocks * block_size / 2
   int device = 0;      // CUDA device ordinal of the pointers
   // Benchmark variant (PYQUANT_INT4_SM90_TILE; int4_gemm_sm90_variants.cu), fp16 only, every
-  // M on the Hopper path; 0 = the default tiles. A variant that cannot take the problem leaves the default.
+  // M on the Hopper path; 0 = the default tiles. A variant that cannot take the problem leaves
+  // the default.
   int variant = 0;
 };
 

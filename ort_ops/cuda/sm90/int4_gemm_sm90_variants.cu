@@ -28,8 +28,8 @@ namespace {
 using namespace cute;
 using detail::Int4Gemm;
 using H = cutlass::half_t;
-using C1 = Shape<_1, _1, _1>;
-using Pingpong = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+using detail::NoCluster;
+using detail::Pingpong;
 
 template <typename F>
 auto WithVariant(int variant, bool* found, F&& f) {
@@ -42,11 +42,11 @@ auto WithVariant(int variant, bool* found, F&& f) {
     case 3:
       return f(Int4Gemm<H, Shape<_128, _256, _128>, Shape<_1, _1, _1>>{});
     case 4:
-      return f(Int4Gemm<H, Shape<_64, _128, _64>, C1, Pingpong>{});
+      return f(Int4Gemm<H, Shape<_64, _128, _64>, NoCluster, Pingpong>{});
     case 5:
-      return f(Int4Gemm<H, Shape<_64, _256, _64>, C1, Pingpong>{});
+      return f(Int4Gemm<H, Shape<_64, _256, _64>, NoCluster, Pingpong>{});
     case 6:
-      return f(Int4Gemm<H, Shape<_64, _64, _64>, C1, Pingpong>{});
+      return f(Int4Gemm<H, Shape<_64, _64, _64>, NoCluster, Pingpong>{});
     default:
       *found = false;
       return f(Int4Gemm<H, Shape<_128, _256, _64>, Shape<_2, _1, _1>>{});

@@ -27,6 +27,8 @@ Methods (fp16 activations):
                     c2, f256c2, p128, p128c2, p64, n64, p128all, p64all, p8, p16, rm2, rn4, dp, sk,
                     split2/4/8, nondet, sm90min<M>; see
                     ort_ops/cuda/linear_fp8.h) (not in the default list)
+  pyquant_int4_mid<v>  the 9 <= M <= 64 mma.sync kernel variant v (PYQUANT_INT4_MID_VARIANT, 0..4),
+                    Hopper GEMM from M = 65 (not in the default list)
   pyquant_{int4,fp8}_nopdl / _pdllate  programmatic dependent launch off (PYQUANT_CUDA_PDL=0) / on
                     without early weight loads ("late"): ort_ops/cuda/pdl.h (not in the default list)
   torch_scaled_mm_q torch per-token activation quantization (amax, scale, e4m3 cast: the same work
@@ -109,6 +111,12 @@ METHOD_ENV = {
     "pyquant_fp8_nondet": {"PYQUANT_FP8_SM90_REDUCE": "nondet"},
     **{f"pyquant_fp8_sm90min{m}": {"PYQUANT_FP8_SM90_MIN_M": str(m)} for m in (33, 49, 65, 129)},
     **{f"pyquant_int4_v{i}": {"PYQUANT_INT4_GEMV_VARIANT": str(i)} for i in range(12)},
+    # the 9 <= M <= 64 mma.sync kernel variants (matmul_int4_impl.cu, PYQUANT_INT4_MID_VARIANT)
+    # with the Hopper GEMM from M = 65 only, so that they serve the whole range
+    **{
+        f"pyquant_int4_mid{i}": {"PYQUANT_INT4_MID_VARIANT": str(i), "PYQUANT_INT4_SM90_MIN_M": "65"}
+        for i in range(5)
+    },
     # Programmatic dependent launch (ort_ops/cuda/pdl.h) off, or on without early weight loads.
     **{
         f"pyquant_{op}_{name}": {"PYQUANT_CUDA_PDL": value}

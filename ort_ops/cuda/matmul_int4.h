@@ -52,10 +52,11 @@ size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m 
                                 const Int4Sm90Prepared* sm90 = nullptr);
 // gemv_variant: the M <= 8 kernel variant (matmul_int4_impl.cu), -1 = the default choice.
 // pdl: programmatic dependent launch of the small-M kernels (M <= 64; cuda/pdl.h).
+// mid_variant: the 9 <= M <= 64 kernel variant (matmul_int4_impl.cu), -1 = the default choice.
 template <typename T>
 cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, int64_t tiled_min_m = kInt4TiledMinM,
                              Int4Workspace ws = {}, const Int4Sm90Prepared* sm90 = nullptr, int gemv_variant = -1,
-                             PdlMode pdl = {});
+                             PdlMode pdl = {}, int mid_variant = -1);
 
 // True when this build has the sm90 GEMM, the current device is compute capability 9.0, and the
 // problem's shape / type / block size suit it (pointers aside): worth preparing for.
@@ -85,5 +86,7 @@ int64_t CudaInt4Sm90MinM();
 int CudaInt4Sm90Tile();
 // PYQUANT_INT4_GEMV_VARIANT if set to a valid variant index, else -1 (benchmarks).
 int CudaInt4GemvVariant();
+// PYQUANT_INT4_MID_VARIANT if set, else -1 (benchmarks): the 9 <= M <= 64 kernel variant.
+int CudaInt4MidVariant();
 
 }  // namespace pyquant

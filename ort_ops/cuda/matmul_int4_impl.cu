@@ -86,42 +86,54 @@ using namespace cuda_detail;
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// Small / mid M. grid = (ceil(N / 8), ceil(M / (16 * MT))), block = 32 * kWarps.
+// Small / mid M. grid = (ceil(N / (8 * NT)), ceil(M / (16 * MT))), block = 32 * kWarps.
 //   x [M, K] T, b/scales/zp as above, bias [N] T or nullptr, y [M, N] T.
-// Warp w handles chunk groups of U chunks (w, w + kWarps, ... interleaved) of the K range for
-// the CTA's n8 tile and MT m16 tiles; partial sums meet in shared memory. The weight loads of a
-// group are all issued before its first MMA (U * 16 bytes in flight per thread); with kPrefetch
-// the next group's loads are issued before the current group's MMAs, so HBM streams while the
-// tensor cores work (without it every warp of an SM loads, then waits, then computes, in step:
-// measured 33-41 % of the HBM floor at M = 1, bench/results/2026-11-22-h100-notes.md). X is read
-// per 16-byte piece right before its MMAs (L1 hits: every CTA reads the same rows). kHi = false
-// when M <= 8: rows g + 8 of the single m16 tile are never valid, so neither loaded nor kept.
-// (Staging X in shared memory first was tried for M <= 8 and measured slower: 10.2 vs 8.8 us at
-// 4096 x 4096, bench/results/2026-11-22-h100-bench-cuda-smemx-experiment.md.)
+// The CTA owns NT n8 column tiles (8 * NT consecutive B rows) and MT m16 tiles. Warp w handles
+// chunk groups of U chunks (w, w + kWarps, ... interleaved) of the K range for all of them;
+// partial sums meet in shared memory. The weight loads of a group are all issued before its
+// first MMA (U * NT * 16 bytes in flight per thread); with kPrefetch the next group's loads are
+// issued before the current group's MMAs, so HBM streams while the tensor cores work (without
+// it every warp of an SM loads, then waits, then computes, in step: measured 33-41 % of the HBM
+// floor at M = 1, bench/results/2026-11-22-h100-notes.md). X is read per 16-byte piece right
+// before its MMAs (L1 hits: every CTA reads the same rows) and reused for the NT column tiles.
+// kHi = false when M <= 8: rows g + 8 of the single m16 tile are never valid, so neither loaded
+// nor kept. (Staging X in shared memory first was tried for M <= 8 and measured slower: 10.2 vs
+// 8.8 us at 4096 x 4096, bench/results/2026-11-22-h100-bench-cuda-smemx-experiment.md.)
+//
+// Why NT > 1 from M = 9 on: a warp's X loads (rows g and g + 8 of each m16 tile, 64 bytes apart
+// per lane t) touch 16 L1 lines per instruction, 128 L1 wavefronts per m16 tile and chunk, while
+// its weights for one n8 tile are 512 bytes. With NT = 1 at M = 16 that caps the weight stream
+// near 4 bytes per SM cycle (the HBM rate needs ~11), which is the ~24 % of the floor measured
+// at M = 16 before; NT column tiles reuse each X fragment NT times.
 // ---------------------------------------------------------------------------------------------
-template <typename T, int MT, int kWarps, int U, bool kHi, bool kPrefetch, int kMinBlocks>
+template <typename T, int MT, int kWarps, int U, bool kHi, bool kPrefetch, int kMinBlocks, int NT = 1>
 __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     int4_smallm_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
                        const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
                        bool weights_early) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gr = lane >> 2, t = lane & 3;
-  const int col = blockIdx.x * 8 + gr;  // this thread's B row (column of Y)
+  const int col0 = blockIdx.x * 8 * NT + gr;  // this thread's B row (column of Y) in tile j: col0 + 8 j
   const int m0 = blockIdx.y * 16 * MT;
-  float acc[MT][4];
+  float acc[MT][NT][4];
 #pragma unroll
-  for (int i = 0; i < MT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
 
   const int iters = (g.n_chunks + U * kWarps - 1) / (U * kWarps);
-  auto load_group = [&](int it, WeightFrag<T>(&wf)[U]) {
+  auto load_group = [&](int it, WeightFrag<T>(&wf)[U][NT]) {
     const int c0 = it * U * kWarps + warp;
 #pragma unroll
     for (int uu = 0; uu < U; ++uu) {
       const int c = c0 + uu * kWarps;
-      wf[uu] = LoadWeightFrag<T>(b, scales, zp, g, c < g.n_chunks ? col : g.n, c * 128 + 32 * t);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        wf[uu][j] = LoadWeightFrag<T>(b, scales, zp, g, c < g.n_chunks ? col0 + 8 * j : g.n, c * 128 + 32 * t);
+      }
     }
   };
-  auto compute_group = [&](int it, const WeightFrag<T>(&wf)[U]) {
+  auto compute_group = [&](int it, const WeightFrag<T>(&wf)[U][NT]) {
     const int c0 = it * U * kWarps + warp;
 #pragma unroll
     for (int uu = 0; uu < U; ++uu) {
@@ -132,24 +144,25 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         const int kk = kb + 8 * u;
-        uint4 a[MT][2];
+        uint32_t w[NT][4];  // decoded once, used for the MT m16 tiles
+#pragma unroll
+        for (int j = 0; j < NT; ++j) DecodeWord<T>(wf[uu][j], u, kv, w[j]);
 #pragma unroll
         for (int i = 0; i < MT; ++i) {
+          uint4 a[2];  // rows g and g + 8 of m16 tile i, used for the NT column tiles
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int row = m0 + 16 * i + gr + 8 * h;
-            a[i][h] = ((kHi || h == 0) && row < g.m && kk < g.k) ? LoadCached16(x + int64_t(row) * g.k + kk)
-                                                                 : make_uint4(0, 0, 0, 0);
+            a[h] = ((kHi || h == 0) && row < g.m && kk < g.k) ? LoadCached16(x + int64_t(row) * g.k + kk)
+                                                              : make_uint4(0, 0, 0, 0);
           }
-        }
-        uint32_t w[4];
-        DecodeWord<T>(wf[uu], u, kv, w);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {  // step s = 2u + h: A regs = T2 #(2h), #(2h+1) of piece u
+          for (int j = 0; j < NT; ++j) {
 #pragma unroll
-          for (int i = 0; i < MT; ++i) {
-            Mma16816<T>(acc[i], Word(a[i][0], 2 * h), Word(a[i][1], 2 * h), Word(a[i][0], 2 * h + 1),
-                        Word(a[i][1], 2 * h + 1), w[2 * h], w[2 * h + 1]);
+            for (int h = 0; h < 2; ++h) {  // step s = 2u + h: A regs = T2 #(2h), #(2h+1) of piece u
+              Mma16816<T>(acc[i][j], Word(a[0], 2 * h), Word(a[1], 2 * h), Word(a[0], 2 * h + 1), Word(a[1], 2 * h + 1),
+                          w[j][2 * h], w[j][2 * h + 1]);
+            }
           }
         }
       }
@@ -159,38 +172,45 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   // PDL (cuda/pdl.h): the first weight group is in flight while the previous grid drains.
   PdlAllowDependents();
   if (!weights_early) PdlWaitPrimary();
-  WeightFrag<T> wf[U];
+  WeightFrag<T> wf[U][NT];
   load_group(0, wf);
   if (weights_early) PdlWaitPrimary();
   for (int it = 0; it < iters; ++it) {
     if constexpr (kPrefetch) {
-      WeightFrag<T> wn[U];
+      WeightFrag<T> wn[U][NT];
       if (it + 1 < iters) load_group(it + 1, wn);  // in flight during this group's MMAs
       compute_group(it, wf);
 #pragma unroll
-      for (int uu = 0; uu < U; ++uu) wf[uu] = wn[uu];
+      for (int uu = 0; uu < U; ++uu)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) wf[uu][j] = wn[uu][j];
     } else {
       if (it > 0) load_group(it, wf);
       compute_group(it, wf);
     }
   }
 
-  // Sum the warps' partial tiles: red[warp][i*4 + r][lane].
+  // Sum the warps' partial tiles, one column tile at a time (shared memory stays
+  // kWarps * MT * 2 KB): red[warp][i*4 + r][lane]. Fixed summation order: deterministic.
   __shared__ float red[kWarps][MT * 4][32];
 #pragma unroll
-  for (int i = 0; i < MT; ++i)
+  for (int j = 0; j < NT; ++j) {
+    if (j > 0) __syncthreads();  // the previous tile's readers are done
 #pragma unroll
-    for (int r = 0; r < 4; ++r) red[warp][i * 4 + r][lane] = acc[i][r];
-  __syncthreads();
-  // MT * 4 values per lane, spread over the warps.
-  for (int e = warp; e < MT * 4; e += kWarps) {
-    float v = 0.0f;
+    for (int i = 0; i < MT; ++i)
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) v += red[w][e][lane];
-    const int i = e >> 2, r = e & 3;
-    const int row = m0 + 16 * i + gr + (r >= 2 ? 8 : 0);
-    const int c = blockIdx.x * 8 + 2 * t + (r & 1);
-    if (row < g.m && c < g.n) y[int64_t(row) * g.n + c] = StoreT<T>(bias ? v + LoadF(bias, c) : v);
+      for (int r = 0; r < 4; ++r) red[warp][i * 4 + r][lane] = acc[i][j][r];
+    __syncthreads();
+    // MT * 4 values per lane, spread over the warps.
+    for (int e = warp; e < MT * 4; e += kWarps) {
+      float v = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) v += red[w][e][lane];
+      const int i = e >> 2, r = e & 3;
+      const int row = m0 + 16 * i + gr + (r >= 2 ? 8 : 0);
+      const int c = blockIdx.x * 8 * NT + 8 * j + 2 * t + (r & 1);
+      if (row < g.m && c < g.n) y[int64_t(row) * g.n + c] = StoreT<T>(bias ? v + LoadF(bias, c) : v);
+    }
   }
 }
 
@@ -400,6 +420,55 @@ void LaunchGemvVariant(int v, dim3 grid, const T* x, const uint8_t* b, const T* 
       launch(int4_smallm_kernel<T, 1, 4, 8, false, false, 1>, 4);
   }
 }
+
+// 9 <= M <= 64: int4_smallm_kernel with MT = 1, 2, 4 m16 tiles per CTA row (M <= 16, 32, 64).
+// PYQUANT_INT4_MID_VARIANT=<index> (read at kernel creation) pins one for benchmarks (then also
+// for M = 5..8, MT = 1); else MidVariantFor chooses. (column tiles NT, warps, chunks per group U, prefetch):
+//   0: NT 1, 4 warps, U 8 (4 when MT = 4), no prefetch (the first version)
+//   1: NT 2, 4 warps, U 4 (MT 4: 2), prefetch
+//   2: NT 4, 4 warps, U 2, prefetch (MT 4: none)
+//   3: NT 4, 8 warps, U 1, prefetch (MT 4: none)
+//   4: NT 8, 4 warps, U 1, no prefetch (MT 4: NT 2, 8 warps, U 1, prefetch)
+constexpr int kMidVariants = 5;
+
+int MidVariantFor(const MatMulInt4Problem& p, int requested) {
+  (void)p;
+  if (requested >= 0 && requested < kMidVariants) return requested;
+  return 0;
+}
+
+template <typename T, int MT>
+void LaunchMidVariant(int v, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
+                      const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
+  const auto launch = [&](auto kernel, int warps, int nt) {
+    const dim3 grid(static_cast<unsigned>((g.n + 8 * nt - 1) / (8 * nt)),
+                    static_cast<unsigned>((g.m + 16 * MT - 1) / (16 * MT)));
+    (void)LaunchWithPdl(kernel, grid, dim3(32 * warps), stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
+  };
+  // MT = 4 keeps 64 accumulators per column pair: fewer weight fragments in flight there, so
+  // that nothing spills (ptxas -v: 0 bytes spill stores for every instance below).
+  constexpr bool kBig = MT == 4;
+  switch (v) {
+    case 1:
+      launch(int4_smallm_kernel<T, MT, 4, (kBig ? 2 : 4), true, true, 1, 2>, 4, 2);
+      break;
+    case 2:
+      launch(int4_smallm_kernel<T, MT, 4, 2, true, !kBig, 1, 4>, 4, 4);
+      break;
+    case 3:
+      launch(int4_smallm_kernel<T, MT, 8, 1, true, !kBig, 1, 4>, 8, 4);
+      break;
+    case 4:  // MT 4: 128 accumulators for NT 8 would spill
+      if constexpr (kBig) {
+        launch(int4_smallm_kernel<T, MT, 8, 1, true, true, 1, 2>, 8, 2);
+      } else {
+        launch(int4_smallm_kernel<T, MT, 4, 1, true, false, 1, 8>, 4, 8);
+      }
+      break;
+    default:
+      launch(int4_smallm_kernel<T, MT, 4, (MT == 4 ? 4 : 8), true, false, 1>, 4, 1);
+  }
+}
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -528,7 +597,7 @@ size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m,
 
 template <typename T>
 cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, int64_t tiled_min_m, Int4Workspace ws,
-                             const Int4Sm90Prepared* sm90, int gemv_variant, PdlMode pdl) {
+                             const Int4Sm90Prepared* sm90, int gemv_variant, PdlMode pdl, int mid_variant) {
   if (p.m == 0) return cudaSuccess;
   Int4Path path = ChooseInt4Path<T>(p, tiled_min_m, sm90);
 #if PYQUANT_WITH_SM90
@@ -558,23 +627,23 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
     const T* bias = static_cast<const T*>(p.bias);
     T* y = static_cast<T*>(p.y);
     const unsigned n8 = static_cast<unsigned>((a.n + 7) / 8);
-    const auto my = [&](int rows) { return static_cast<unsigned>((p.m + rows - 1) / rows); };
     switch (path) {
       case Int4Path::kSmallM8:
+        if (mid_variant >= 0 && p.m > 4) {  // a pinned mid variant also serves M = 5..8 (benchmarks)
+          LaunchMidVariant<T, 1>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+          break;
+        }
         LaunchGemvVariant<T>(GemvVariantFor(p, gemv_variant), dim3(n8, 1), x, p.b, s, p.zero_points, bias, y, g, pdl,
                              stream);
         break;
       case Int4Path::kSmallM16:
-        (void)LaunchWithPdl(int4_smallm_kernel<T, 1, 4, 8, true, false, 1>, dim3(n8, 1), dim3(128), stream, pdl.launch,
-                            x, p.b, s, p.zero_points, bias, y, g, pdl.weights_early);
+        LaunchMidVariant<T, 1>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
         break;
       case Int4Path::kSmallM32:
-        (void)LaunchWithPdl(int4_smallm_kernel<T, 2, 4, 8, true, false, 1>, dim3(n8, my(32)), dim3(128), stream,
-                            pdl.launch, x, p.b, s, p.zero_points, bias, y, g, pdl.weights_early);
+        LaunchMidVariant<T, 2>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
         break;
       case Int4Path::kSmallM64:
-        (void)LaunchWithPdl(int4_smallm_kernel<T, 4, 4, 4, true, false, 1>, dim3(n8, my(64)), dim3(128), stream,
-                            pdl.launch, x, p.b, s, p.zero_points, bias, y, g, pdl.weights_early);
+        LaunchMidVariant<T, 4>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
         break;
       default: {
         const int split = TiledSplitK(p);
@@ -662,7 +731,7 @@ cudaError_t PrepareMatMulInt4Sm90(const MatMulInt4Problem& p, void* dst, cudaStr
 
 #define PYQUANT_INSTANTIATE(T)                                                                                 \
   template cudaError_t LaunchMatMulInt4<T>(const MatMulInt4Problem&, cudaStream_t, int64_t, Int4Workspace,    \
-                                           const Int4Sm90Prepared*, int, PdlMode);                             \
+                                           const Int4Sm90Prepared*, int, PdlMode, int);                        \
   template size_t MatMulInt4WorkspaceBytes<T>(const MatMulInt4Problem&, int64_t, const Int4Sm90Prepared*);    \
   template cudaError_t LaunchMatMulInt4Ref<T>(const MatMulInt4Problem&, cudaStream_t);                        \
   template bool MatMulInt4Sm90Candidate<T>(const MatMulInt4Problem&);                                         \

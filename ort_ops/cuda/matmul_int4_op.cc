@@ -23,7 +23,8 @@ class MatMulInt4Cuda final : public Kernel {
       : attrs_(ReadMatMulInt4Attrs(info)),
         force_ref_(CudaForceReferenceKernels()),
         tiled_min_m_(CudaInt4TiledMinM()),
-        gemv_variant_(CudaInt4GemvVariant()) {
+        gemv_variant_(CudaInt4GemvVariant()),
+        mid_variant_(CudaInt4MidVariant()) {
     CheckMatMulInt4Constants(info, attrs_, kType);
     // The sm90 GEMM's transposed scales / zeros are derived once, so only from constant inputs
     // (initializers); scales fed at run time keep the portable kernels.
@@ -55,7 +56,7 @@ class MatMulInt4Cuda final : public Kernel {
     // an earlier node may still be being written when this kernel starts.
     const bool weights_constant = b_constant_ && scales_constant_ && (p.zero_points == nullptr || zp_constant_);
     const PdlMode pdl = MakePdlMode(pdl_setting_, weights_constant);
-    ThrowOnCudaError(LaunchMatMulInt4<T>(p, stream, tiled_min_m_, ws, sm90, gemv_variant_, pdl),
+    ThrowOnCudaError(LaunchMatMulInt4<T>(p, stream, tiled_min_m_, ws, sm90, gemv_variant_, pdl, mid_variant_),
                      "MatMulInt4 kernel launch");
   }
 
@@ -82,6 +83,7 @@ class MatMulInt4Cuda final : public Kernel {
   bool force_ref_;
   int64_t tiled_min_m_;
   int gemv_variant_;
+  int mid_variant_;
   bool scales_constant_ = false;
   bool zp_constant_ = false;
   bool b_constant_ = false;
@@ -109,6 +111,11 @@ int64_t CudaInt4TiledMinM() {
 
 int CudaInt4GemvVariant() {
   const char* v = std::getenv("PYQUANT_INT4_GEMV_VARIANT");
+  return v != nullptr && *v ? static_cast<int>(std::strtol(v, nullptr, 10)) : -1;
+}
+
+int CudaInt4MidVariant() {
+  const char* v = std::getenv("PYQUANT_INT4_MID_VARIANT");
   return v != nullptr && *v ? static_cast<int>(std::strtol(v, nullptr, 10)) : -1;
 }
 

@@ -18,6 +18,7 @@
 //
 // Tiles (M_c x N_c x K = channels x tokens x K), promoting FP8 mainloop throughout:
 //    64 x  64 x 128 ping-pong for M <= 64
+//   128 x  64 x 128 cooperative for 64 < M <= 128
 //    64 x 128 x 128 ping-pong for M <= 256 when the 128 x 128 tiles would fill less than half
 //                   of the SMs (e.g. N = 4096, M = 256: 64 tiles on 132 SMs)
 //   128 x 128 x 128 cooperative otherwise
@@ -29,6 +30,8 @@
 // H100 (bench/results/2026-11-22-h100-s5-pingpong-bench-cuda.md, fp16 out, with quantizer):
 //   M = 64:  64x64 ping-pong 15.0 / 30.0 / 39.8 / 35.7 us against the former 128x64 cooperative
 //            18.3 / 30.3 / 53.1 / 37.0 (4096x4096, 4096x14336, 14336x4096, 8192x8192, K x N)
+//   M = 128: 128x64 cooperative 16.5 / 31.4 / 45.0 / 36.7 us against 64x128 ping-pong or 128x128
+//            17.1 / 31.5 / 50.5 / 37.9 (…-s5-fp8-small-bench-cuda.md)
 //   M = 256: 64x128 ping-pong 17.6 / 53.8 us against 20.9 / 59.1 on the two N = 4096 layers; on
 //            N = 14336 / 8192 (224 / 128 cooperative tiles) it is slower (50.5 vs 40.5, 54.2 vs 43.8)
 //   M >= 1024: the ping-pong tiles are 25-40 % slower than 128 x 128 cooperative (stream-K).
@@ -53,6 +56,7 @@ using detail::NoCluster;
 using detail::Pingpong;
 
 using SmallTile = Shape<_64, _64, _128>;   // ping-pong
+using NarrowTile = Shape<_128, _64, _128>;  // cooperative
 using MidTile = Shape<_64, _128, _128>;    // ping-pong
 using WideTile = Shape<_128, _128, _128>;  // cooperative
 
@@ -66,6 +70,7 @@ bool MidTileFor(const Fp8GemmArgs& a) {
 template <typename Element, typename F>
 auto WithConfig(const Fp8GemmArgs& a, F&& f) {
   if (a.m <= 64) return f(Fp8Gemm<Element, SmallTile, NoCluster, Pingpong>{});
+  if (a.m <= 128) return f(Fp8Gemm<Element, NarrowTile>{});
   if (MidTileFor(a)) return f(Fp8Gemm<Element, MidTile, NoCluster, Pingpong>{});
   return f(Fp8Gemm<Element, WideTile>{});
 }

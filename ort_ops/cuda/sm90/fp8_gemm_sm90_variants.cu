@@ -15,7 +15,7 @@
 //               promote at the same time. Same accuracy as the default.
 //   6 "p128c2": 5 with a 2x1 cluster (Xq tiles multicast to neighbouring channel tiles)
 //   7 "p64":    64x64x128 ping-pong, promoting (the default for M <= 64 since session 5)
-//   8 "n64":    128x64x128 cooperative, promoting, stream-K (the default for M <= 64 before)
+//   8 "n64":    128x64x128 cooperative, promoting, stream-K (the default for 64 < M <= 128; was for M <= 64)
 //
 // Why FastAccum is not the default: the Hopper FP8 wgmma accumulator keeps about 13 fraction bits
 // (truncating) inside one chain of MMAs. Per MMA (k = 32) the added error is at most about

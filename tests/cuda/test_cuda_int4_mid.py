@@ -1,0 +1,40 @@
+"""Every 9 <= M <= 64 kernel variant of MatMulInt4 (PYQUANT_INT4_MID_VARIANT, read at kernel
+creation; matmul_int4_impl.cu: int4_smallm_kernel with 1, 2, 4 or 8 column tiles per CTA and
+1, 2 or 4 m16 row tiles) against the float64 reference, with the Hopper GEMM switched off so
+that these kernels serve every M of the range: N not a multiple of the CTA's columns (partial
+column tiles) nor of 8, K tails inside the last block, partial m16 tiles, block sizes 32..256,
+symmetric and asymmetric, bias, fp16 and bf16. Outputs are poisoned (NaN) before each run."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.cuda.test_cuda_ops import _check_int4, _int4_case, _session
+
+pytestmark = pytest.mark.cuda
+
+N_VARIANTS = 5
+
+
+@pytest.mark.parametrize("variant", range(-1, N_VARIANTS))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("bs", [32, 256])
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("kn", [(4096, 520), (1000, 37), (200, 24), (2048, 136)])
+def test_int4_mid_variants(rng, variant, dtype, bs, symmetric, kn):
+    k, n = kn
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
+    env = {"PYQUANT_INT4_SM90_MIN_M": str(1 << 40)}
+    if variant >= 0:
+        env["PYQUANT_INT4_MID_VARIANT"] = str(variant)
+    os.environ.update(env)
+    try:
+        sess = _session(model)
+    finally:
+        for key in env:
+            os.environ.pop(key, None)
+    # a pinned variant also serves M = 5..8
+    m_list = ([5, 8] if variant >= 0 else []) + [9, 16, 17, 31, 33, 48, 64]
+    _check_int4(sess, rng, m_list, k, n, bs, dtype, b, scales_t, zp, bias_t)

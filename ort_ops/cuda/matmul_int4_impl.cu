@@ -429,7 +429,9 @@ void LaunchGemvVariant(int v, dim3 grid, const T* x, const uint8_t* b, const T* 
 //   2: NT 4, 4 warps, U 2, prefetch (MT 4: none)
 //   3: NT 4, 8 warps, U 1, prefetch (MT 4: none)
 //   4: NT 8, 4 warps, U 1, no prefetch (MT 4: NT 2, 8 warps, U 1, prefetch)
-constexpr int kMidVariants = 5;
+//   5..8: the ring kernel (matmul_int4_ring_impl.cu: weights through a per-warp cp.async ring in
+//     shared memory) variants 0..3
+constexpr int kMidVariants = 5 + kInt4RingVariants;
 
 int MidVariantFor(const MatMulInt4Problem& p, int requested) {
   (void)p;
@@ -448,6 +450,10 @@ void LaunchMidVariant(int v, const T* x, const uint8_t* b, const T* s, const uin
   // MT = 4 keeps 64 accumulators per column pair: fewer weight fragments in flight there, so
   // that nothing spills (ptxas -v: 0 bytes spill stores for every instance below).
   constexpr bool kBig = MT == 4;
+  if (v >= 5) {
+    LaunchInt4Ring<T>(v - 5, MT, x, b, s, zp, bias, y, g, pdl, stream);
+    return;
+  }
   switch (v) {
     case 1:
       launch(int4_smallm_kernel<T, MT, 4, (kBig ? 2 : 4), true, true, 1, 2>, 4, 2);

@@ -289,4 +289,12 @@ template <typename T>
 void LaunchInt4GemvCc(int variant, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
                       const cuda_detail::Int4Geom& g, PdlMode pdl, cudaStream_t stream);
 
+// The ring kernel of matmul_int4_ring_impl.cu (5 <= M <= 64 with mt = ceil(M / 16) in {1, 2, 4}
+// m16 tiles per CTA row; the same preconditions as the small-M mma.sync kernel); variant =
+// (warps, column tiles NT, ring slots S): 0: (4, 4, 4), 1: (4, 2, 8), 2: (8, 2, 4), 3: (4, 4, 5).
+constexpr int kInt4RingVariants = 4;
+template <typename T>
+void LaunchInt4Ring(int variant, int mt, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias,
+                    T* y, const cuda_detail::Int4Geom& g, PdlMode pdl, cudaStream_t stream);
+
 }  // namespace pyquant

@@ -74,21 +74,27 @@ __device__ __forceinline__ void PdlAllowDependents() {
 #endif
 }
 
-// <<<grid, block, 0, stream>>>(args...), with the PDL attribute when `pdl`.
+// <<<grid, block, smem_bytes, stream>>>(args...), with the PDL attribute when `pdl`.
 template <typename... Params, typename... Args>
-cudaError_t LaunchWithPdl(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, bool pdl,
-                          Args... args) {
+cudaError_t LaunchWithPdlSmem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+                              bool pdl, Args... args) {
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
-  cfg.dynamicSmemBytes = 0;
+  cfg.dynamicSmemBytes = smem_bytes;
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = pdl ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+}
+// <<<grid, block, 0, stream>>>(args...), with the PDL attribute when `pdl`.
+template <typename... Params, typename... Args>
+cudaError_t LaunchWithPdl(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, bool pdl,
+                          Args... args) {
+  return LaunchWithPdlSmem(kernel, grid, block, 0, stream, pdl, args...);
 }
 #endif
 

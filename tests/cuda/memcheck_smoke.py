@@ -9,6 +9,7 @@ the reference."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -32,6 +33,25 @@ def main() -> int:
     def make_session(data, **_):
         return ort.InferenceSession(data, sess_options=so, providers=["CUDAExecutionProvider"])
 
+    def check_int4(dtype, k, n, bs, sym, m_list):
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        b, s, zp = layout.quantize_int4_rtn(w, bs, symmetric=sym)
+        bias = rng.standard_normal(n).astype(np.float32)
+        sess = make_session(
+            int4_model(b, s, k, n, bs, dtype=dtype, zero_points=zp, bias=bias).SerializeToString(),
+            providers=("cuda",),
+            options=so,
+            strict=True,
+        )
+        st = s.astype(np_dtype(dtype)).astype(np.float64)
+        bt = bias.astype(np_dtype(dtype)).astype(np.float64)
+        for m in m_list:
+            x = rng.standard_normal((m, k)).astype(np_dtype(dtype))
+            y = np.asarray(run_session(sess, x), dtype=np.float64)
+            yr, mag = matmul_int4_ref(x.astype(np.float64), b, st, k, n, bs, zp, bt)
+            assert_within_limit(y, yr, mag, dtype)
+        return len(m_list)
+
     n_checked = 0
     for dtype in ("float16", "bfloat16", "float32"):
         for k, n, bs, sym in (
@@ -42,23 +62,16 @@ def main() -> int:
             (512, 48, 128, False),  # K % 32 == 0, N % 8 == 0: the sm90 GEMM at M >= 17 (with zero points)
             (256, 6664, 128, True),  # wide N: the 64 x 256 ping-pong tile at M = 300
         ):
-            w = rng.standard_normal((n, k)).astype(np.float32)
-            b, s, zp = layout.quantize_int4_rtn(w, bs, symmetric=sym)
-            bias = rng.standard_normal(n).astype(np.float32)
-            sess = make_session(
-                int4_model(b, s, k, n, bs, dtype=dtype, zero_points=zp, bias=bias).SerializeToString(),
-                providers=("cuda",),
-                options=so,
-                strict=True,
-            )
-            st = s.astype(np_dtype(dtype)).astype(np.float64)
-            bt = bias.astype(np_dtype(dtype)).astype(np.float64)
-            for m in (1, 3, 9, 17, 70, 300 if n > 4096 else 520):
-                x = rng.standard_normal((m, k)).astype(np_dtype(dtype))
-                y = np.asarray(run_session(sess, x), dtype=np.float64)
-                yr, mag = matmul_int4_ref(x.astype(np.float64), b, st, k, n, bs, zp, bt)
-                assert_within_limit(y, yr, mag, dtype)
-                n_checked += 1
+            n_checked += check_int4(dtype, k, n, bs, sym, (1, 3, 9, 17, 70, 300 if n > 4096 else 520))
+        if dtype != "float32":  # the 5 <= M <= 64 variants (register / cp.async ring), Hopper GEMM off
+            for variant in (2, 3, 5, 7, 8):
+                os.environ.update({"PYQUANT_INT4_MID_VARIANT": str(variant), "PYQUANT_INT4_SM90_MIN_M": "65"})
+                try:
+                    for k, n, bs, sym in ((1000, 37, 32, False), (512, 136, 128, True)):
+                        n_checked += check_int4(dtype, k, n, bs, sym, (5, 16, 33, 64))
+                finally:
+                    os.environ.pop("PYQUANT_INT4_MID_VARIANT", None)
+                    os.environ.pop("PYQUANT_INT4_SM90_MIN_M", None)
         for k, n, blk in ((256, 37, 0), (240, 20, 64), (100, 9, 16), (256, 40, 0)):  # last: sm90 FP8 GEMM
             w = rng.standard_normal((n, k)).astype(np.float32)
             w8, ws = layout.quantize_weight_fp8(w, blk)
@@ -68,7 +81,7 @@ def main() -> int:
                 options=so,
                 strict=True,
             )
-            for m in (1, 3, 9, 17, 40, 70, 520):  # sm90 on the last: 64x64 / 64x128 ping-pong, 128x128
+            for m in (1, 3, 9, 17, 40, 70, 100, 520):  # sm90 on the last: 64x64 ping-pong, 128x64, 128x128
                 x = rng.standard_normal((m, k)).astype(np_dtype(dtype))
                 y = np.asarray(run_session(sess, x), dtype=np.float64)
                 yr, mag = linear_fp8_ref(x.astype(np.float64), w8, ws, blk)

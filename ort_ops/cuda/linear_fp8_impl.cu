@@ -534,6 +534,20 @@ void LaunchQuantize(const LinearFp8Problem& p, uint8_t* xq, float* s_x, bool pdl
   }
 }
 
+// LaunchQuantize as a Sm90LaunchControl::pre_launch callback (ctx = this).
+struct QuantizeLaunch {
+  const LinearFp8Problem* p;
+  uint8_t* xq;
+  float* s_x;
+  bool pdl;
+  template <typename T>
+  static cudaError_t Run(void* ctx, cudaStream_t stream) {
+    const auto* q = static_cast<const QuantizeLaunch*>(ctx);
+    LaunchQuantize<T>(*q->p, q->xq, q->s_x, q->pdl, stream);
+    return cudaGetLastError();
+  }
+};
+
 }  // namespace
 
 template <typename T>
@@ -593,22 +607,30 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
   }
   uint8_t* xq = static_cast<uint8_t*>(ws.data);
   float* s_x = reinterpret_cast<float*>(static_cast<char*>(ws.data) + XqBytes(p));
-  LaunchQuantize<T>(p, xq, s_x, pdl.launch, stream);
-  if (!force_ref && Fp8FastPath(p)) {
 #if PYQUANT_WITH_SM90
+  if (!force_ref && Fp8FastPath(p)) {
     int device = 0;
     if (Sm90Candidate<T>(p, opt, &device)) {
       const bool bf16 = std::is_same<T, __nv_bfloat16>::value;
-      const sm90::Fp8GemmArgs a = Sm90Args(p, xq, s_x, device, opt);
+      sm90::Fp8GemmArgs a = Sm90Args(p, xq, s_x, device, opt);
       const size_t off = XqBytes(p) + SxBytes(p);
       // Supported + enough scratch (the op sized it with LinearFp8WorkspaceBytesT); else the
       // portable kernel below serves this call.
       if (ws.bytes >= off && sm90::Fp8GemmSupported(a, bf16) &&
           sm90::Fp8GemmWorkspaceBytes(a, bf16) <= ws.bytes - off) {
+        // The quantizer is launched by the GEMM launcher right before the GEMM kernel (after its
+        // workspace memset), so that the GEMM can follow it under PDL (sm90/launch_control.h).
+        QuantizeLaunch q{&p, xq, s_x, pdl.launch};
+        a.launch.pdl = pdl.launch;
+        a.launch.pre_launch = &QuantizeLaunch::Run<T>;
+        a.launch.pre_launch_ctx = &q;
         return sm90::LaunchFp8Gemm(a, bf16, static_cast<char*>(ws.data) + off, ws.bytes - off, stream);
       }
     }
+  }
 #endif
+  LaunchQuantize<T>(p, xq, s_x, pdl.launch, stream);
+  if (!force_ref && Fp8FastPath(p)) {
     Fp8Geom g;
     g.m = static_cast<int>(p.m);
     g.n = static_cast<int>(p.n);

@@ -29,7 +29,7 @@ namespace pyquant {
 // (M * N floats when a split is used) or the sm90 GEMM's stream-K partial tiles. With less, the
 // tiled kernel runs without split-K and the sm90 GEMM is not used.
 constexpr int64_t kInt4TiledMinM = 65;
-constexpr int64_t kInt4Sm90MinM = 17;
+constexpr int64_t kInt4Sm90MinM = 49;
 struct Int4Workspace {
   void* data = nullptr;
   size_t bytes = 0;
@@ -37,21 +37,23 @@ struct Int4Workspace {
 // Inputs of the sm90 GEMM that the node derives once from constant scales / zero points:
 // scales_t [n_blocks, N] T = scales transposed, zeros_t [n_blocks, N] T = -zp * scale.
 // min_m: the sm90 GEMM serves M >= min_m; min_m_large applies instead to layers with
-// N * K >= 2^25 (4096 x 8192): there its fixed ~3x-floor cost at small M already beats the
-// small-M kernel from M = 9 (H100: 28.9 vs 44.6 us at M = 16 on 4096 x 14336; on 4096 x 4096 the
-// small-M kernel stays faster through M = 16, bench/results/2026-11-22-h100-bench-cuda-int4.md).
+// N * K >= 2^25 (4096 x 8192): there its fixed ~3x-floor cost beats the small-M kernels from
+// M = 17 (H100, M = 32: 29.4 / 35.0 / 36.1 us against 44.3 / 41.9 / 46.7 for the best small-M
+// variant on 4096 x 14336, 14336 x 4096, 8192 x 8192, K x N); on 4096 x 4096 the small-M
+// kernel (variant 3) stays faster through M = 48 (19.2 vs 20.7 us; 14.0 vs 20.5 at M = 32):
+// bench/results/2026-11-22-h100-s6-mid-bench-cuda.md, …-s6-ring-bench-cuda.md.
 struct Int4Sm90Prepared {
   const void* scales_t = nullptr;
   const void* zeros_t = nullptr;
   int64_t min_m = kInt4Sm90MinM;
-  int64_t min_m_large = 9;
+  int64_t min_m_large = 17;
   int tile_variant = 0;  // PYQUANT_INT4_SM90_TILE: sm90::Int4GemmArgs::variant
 };
 template <typename T>
 size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m = kInt4TiledMinM,
                                 const Int4Sm90Prepared* sm90 = nullptr);
 // gemv_variant: the M <= 8 kernel variant (matmul_int4_impl.cu), -1 = the default choice.
-// pdl: programmatic dependent launch of the small-M kernels (M <= 64; cuda/pdl.h).
+// pdl: programmatic dependent launch of the fast kernels (cuda/pdl.h; the sm90 GEMM: sm90/launch_control.h).
 // mid_variant: the 9 <= M <= 64 kernel variant (matmul_int4_impl.cu), -1 = the default choice.
 template <typename T>
 cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, int64_t tiled_min_m = kInt4TiledMinM,

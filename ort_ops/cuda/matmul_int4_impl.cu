@@ -16,11 +16,13 @@
 //   X[row][kb .. kb+31]: four 16-byte loads per row, no shuffles. Since kb is a multiple of 32
 //   and block_size >= 32, a thread's 32 codes share one scale and zero point.
 //
-// int4_smallm_kernel (M < tiled_min_m, decode / GEMV / small batches): one warp = one n8 column
-//   tile x 16 * MT rows (MT = 1, 2, 4 m16 tiles; padded rows are zero; grid.y covers the rest of
-//   M); the CTA's warps split K (intra-CTA split-K, summed through shared memory), so N/8 CTAs of
-//   4 warps with 8 chunks of weights in flight per thread keep HBM busy. X comes straight from
-//   global memory (L1/L2-resident: every CTA reads the same few rows).
+// int4_smallm_kernel (M < tiled_min_m, decode / GEMV / small batches): a CTA = NT n8 column
+//   tiles x 16 * MT rows (MT = 1, 2, 4 m16 tiles; padded rows are zero; grid.y covers the rest of
+//   M); the CTA's warps split K (intra-CTA split-K, summed through shared memory), with U chunks
+//   of weights per column tile in flight per thread (in registers). X comes straight from global
+//   memory (L1/L2-resident: every CTA reads the same few rows) and is reused for the NT tiles.
+//   The ring kernel (matmul_int4_ring_impl.cu) is the same mapping with the weights streamed
+//   through shared memory (cp.async), the default on wide layers with short rows.
 // int4_tiled_kernel (M >= tiled_min_m = 65 by default, prefill): 64 x 128 CTA tile, 4 warps of 64 x 32; X tiles in shared
 //   memory (cp.async, double-buffered, XOR-swizzled against bank conflicts); each warp decodes
 //   its weights once per chunk and reuses them for the 4 m16 tiles; split-K over grid.z when
@@ -433,10 +435,16 @@ void LaunchGemvVariant(int v, dim3 grid, const T* x, const uint8_t* b, const T* 
 //     shared memory) variants 0..3
 constexpr int kMidVariants = 5 + kInt4RingVariants;
 
+// Default (H100, bench/results/2026-11-22-h100-s6-mid-bench-cuda.md, …-s6-ring-bench-cuda.md):
+// the ring kernel (variant 5) on wide layers with short rows up to M = 16 (4096 x 14336, K x N:
+// 21.8 / 22.2 / 23.5 us at M = 5 / 8 / 16 against 24.5 / 27.7 / 29.4 before), else variant 3
+// (4096 x 4096: 10.1 / 14.0 / 19.2 us at M = 16 / 32 / 48 against 12.7 / 20.7 / 20.7; 14336 x 4096:
+// 31.7 vs 35.3 at M = 16). Variant 0, the former default, was 2-5x slower from M = 32 on.
+bool WideShortRows(const MatMulInt4Problem& p) { return p.attrs.k <= 4096 && p.attrs.n >= 8192; }
+
 int MidVariantFor(const MatMulInt4Problem& p, int requested) {
-  (void)p;
   if (requested >= 0 && requested < kMidVariants) return requested;
-  return 0;
+  return WideShortRows(p) && p.m <= 16 ? 5 : 3;
 }
 
 template <typename T, int MT>
@@ -608,7 +616,8 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
   Int4Path path = ChooseInt4Path<T>(p, tiled_min_m, sm90);
 #if PYQUANT_WITH_SM90
   if (path == Int4Path::kSm90) {
-    const sm90::Int4GemmArgs args = Sm90Args<T>(p, sm90);
+    sm90::Int4GemmArgs args = Sm90Args<T>(p, sm90);
+    args.launch.pdl = pdl.launch;  // CUTLASS waits before its first load (sm90/launch_control.h)
     const bool bf16 = std::is_same<T, __nv_bfloat16>::value;
     if (sm90::Int4GemmWorkspaceBytes(args, bf16) <= ws.bytes) {
       return sm90::LaunchInt4Gemm(args, bf16, ws.data, ws.bytes, stream);
@@ -635,7 +644,9 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
     const unsigned n8 = static_cast<unsigned>((a.n + 7) / 8);
     switch (path) {
       case Int4Path::kSmallM8:
-        if (mid_variant >= 0 && p.m > 4) {  // a pinned mid variant also serves M = 5..8 (benchmarks)
+        // A pinned mid variant also serves M = 5..8 (benchmarks); by default the ring kernel does on
+        // wide layers with short rows (4096 x 14336: 21.8 / 22.2 us at M = 5 / 8 against 24.5 / 27.7).
+        if (p.m > 4 && (mid_variant >= 0 || (gemv_variant < 0 && WideShortRows(p)))) {
           LaunchMidVariant<T, 1>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
           break;
         }

@@ -38,3 +38,14 @@ def test_int4_mid_variants(rng, variant, dtype, bs, symmetric, kn):
     # a pinned variant also serves M = 5..8
     m_list = ([5, 8] if variant >= 0 else []) + [9, 16, 17, 31, 33, 48, 64]
     _check_int4(sess, rng, m_list, k, n, bs, dtype, b, scales_t, zp, bias_t)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_int4_mid_default_wide_short_rows(rng, dtype, symmetric):
+    """The default dispatch on a wide layer with short rows (K <= 4096, N >= 8192): the ring kernel
+    at M = 5..16 (N = 8200: a partial 32-column tile), the Hopper GEMM (where present) from 17."""
+    k, n, bs = 1024, 8200, 128
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
+    sess = _session(model)
+    _check_int4(sess, rng, [5, 8, 9, 16, 17, 40], k, n, bs, dtype, b, scales_t, zp, bias_t)

@@ -23,7 +23,9 @@ pytestmark = pytest.mark.cuda
 SM90_M = [17, 64, 65, 128, 255, 256, 4097]
 
 
-def _sm90_session(model, min_m: int | None = None):
+def _sm90_session(model, min_m: int | None = 17):
+    """Session with the Hopper GEMM from M = min_m on (default 17, also on layers whose default
+    starts it higher); None: the op's default."""
     if min_m is not None:
         os.environ["PYQUANT_INT4_SM90_MIN_M"] = str(min_m)
     try:

@@ -15,6 +15,12 @@
 #include <cstddef>
 #include <type_traits>
 
+#ifndef CUTLASS_ENABLE_GDC_FOR_SM90
+// Without it the kernels skip griddepcontrol.wait, and a PDL launch (launch_control.h) would let
+// them read their inputs before the previous kernel has written them.
+#error "the sm90 sources need CUTLASS_ENABLE_GDC_FOR_SM90 (CMakeLists.txt)"
+#endif
+
 #include "cute/layout.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/dispatch_policy.hpp"
@@ -28,13 +34,29 @@ namespace detail {
 using Pingpong = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 using NoCluster = cute::Shape<cute::_1, cute::_1, cute::_1>;
 
+// The stream-K tile scheduler for the cooperative kernels. CUTLASS 4.2's Sm90 stream-K scheduler
+// does not compile with CUTLASS_ENABLE_GDC_FOR_SM90: the cooperative kernel then calls its const
+// is_last_tile(), which binds a member to a non-const reference. This tag selects the same
+// scheduler with is_last_tile() == false: the kernel never hints an early launch of the next
+// kernel (which then starts when this grid completes, as without PDL), while its own PDL overlap
+// with the kernel before it (prologue during that kernel's tail) is unaffected.
+struct StreamKSchedulerGdc {};
+template <class TileShape, class ClusterShape>
+class StreamKSchedulerNoEarlyRelease
+    : public cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamK<TileShape, ClusterShape> {
+  using Base = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamK<TileShape, ClusterShape>;
+
+ public:
+  using Base::Base;
+  CUTLASS_DEVICE bool is_last_tile(typename Base::WorkTileInfo, uint32_t = 1) const { return false; }
+};
+
 template <typename Schedule>
 struct ScheduleTraits {
   static constexpr bool kPingpong = std::is_same<Schedule, Pingpong>::value;
   using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
                                               cutlass::epilogue::TmaWarpSpecializedCooperative>;
-  using TileScheduler =
-      std::conditional_t<kPingpong, cutlass::gemm::PersistentScheduler, cutlass::gemm::StreamKScheduler>;
+  using TileScheduler = std::conditional_t<kPingpong, cutlass::gemm::PersistentScheduler, StreamKSchedulerGdc>;
 };
 
 // GemmRunner: the calls around a GemmUniversalAdapter, for a struct D that defines `Gemm` (the
@@ -46,7 +68,9 @@ struct ScheduleTraits {
 //   Run:            cudaErrorInvalidValue when ws_bytes is too small, cudaErrorNotSupported when
 //                   CUTLASS cannot implement the problem. initialize() only fills the params
 //                   struct and, for stream-K / split-K, clears the workspace's barrier area with a
-//                   kernel on `stream` (no allocation, no sync: capturable in a CUDA graph).
+//                   memset on `stream` (no allocation, no sync: capturable in a CUDA graph); then
+//                   a.launch.pre_launch (if any) and the kernel, with PDL when a.launch.pdl
+//                   (launch_control.h).
 template <typename D, typename Args>
 struct GemmRunner {
   static size_t WorkspaceBytes(const Args& a) { return D::Gemm::get_workspace_size(D::MakeArguments(a)); }
@@ -62,7 +86,11 @@ struct GemmRunner {
     Gemm gemm;
     if (gemm.can_implement(args) != cutlass::Status::kSuccess) return cudaErrorNotSupported;
     if (gemm.initialize(args, ws, stream) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
-    if (gemm.run(stream) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
+    if (a.launch.pre_launch != nullptr) {
+      const cudaError_t e = a.launch.pre_launch(a.launch.pre_launch_ctx, stream);
+      if (e != cudaSuccess) return e;
+    }
+    if (gemm.run(stream, nullptr, a.launch.pdl) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
     return cudaGetLastError();
   }
 };
@@ -70,3 +98,11 @@ struct GemmRunner {
 }  // namespace detail
 }  // namespace sm90
 }  // namespace pyquant
+
+namespace cutlass::gemm::kernel::detail {
+template <class ArchTag, class TileShape, class ClusterShape, uint32_t SchedulerPipelineStageCount>
+struct TileSchedulerSelector<pyquant::sm90::detail::StreamKSchedulerGdc, ArchTag, TileShape, ClusterShape,
+                             SchedulerPipelineStageCount> {
+  using Scheduler = pyquant::sm90::detail::StreamKSchedulerNoEarlyRelease<TileShape, ClusterShape>;
+};
+}  // namespace cutlass::gemm::kernel::detail

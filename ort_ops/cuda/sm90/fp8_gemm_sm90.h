@@ -17,6 +17,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/sm90/launch_control.h"
+
 namespace pyquant {
 namespace sm90 {
 
@@ -49,6 +51,7 @@ struct Fp8GemmArgs {
   int m = 0, n = 0, k = 0;
   int device = 0;  // CUDA device ordinal of the pointers
   Fp8GemmTuning tune;
+  Sm90LaunchControl launch;
 };
 
 // Shapes and alignments the kernel covers (the caller falls back to the portable kernels
@@ -56,7 +59,8 @@ struct Fp8GemmArgs {
 bool Fp8GemmSupported(const Fp8GemmArgs& a, bool bf16);
 // Device scratch bytes LaunchFp8Gemm needs (stream-K partial tiles); may be 0.
 size_t Fp8GemmWorkspaceBytes(const Fp8GemmArgs& a, bool bf16);
-// Runs the GEMM on `stream`. bf16 selects __nv_bfloat16 (else __half) for T.
+// Runs the GEMM on `stream` (a.launch: PDL, and the quantizer launched right before it). bf16
+// selects __nv_bfloat16 (else __half) for T.
 // cudaErrorNotSupported: not covered; cudaErrorInvalidValue: workspace too small.
 cudaError_t LaunchFp8Gemm(const Fp8GemmArgs& a, bool bf16, void* workspace, size_t workspace_bytes,
                           cudaStream_t stream);

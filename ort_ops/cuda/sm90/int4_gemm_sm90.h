@@ -20,6 +20,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/sm90/launch_control.h"
+
 namespace pyquant {
 namespace sm90 {
 
@@ -38,6 +40,7 @@ struct Int4GemmArgs {
   // M on the Hopper path; 0 = the default tiles. A variant that cannot take the problem leaves
   // the default.
   int variant = 0;
+  Sm90LaunchControl launch;  // PDL after the previous kernel (no pre_launch)
 };
 
 // Shapes and alignments the kernel covers (the caller falls back to the portable kernels

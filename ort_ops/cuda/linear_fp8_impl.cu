@@ -620,8 +620,11 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
           sm90::Fp8GemmWorkspaceBytes(a, bf16) <= ws.bytes - off) {
         // The quantizer is launched by the GEMM launcher right before the GEMM kernel (after its
         // workspace memset), so that the GEMM can follow it under PDL (sm90/launch_control.h).
+        // PDL for the GEMM up to M = 512 only: beyond, its early CTAs take SMs from the larger
+        // quantizer grid (H100, M = 1024: 138.5 vs 130.1 us on 4096 x 14336; up to M = 512 it
+        // saves 1-2 us per layer, 4096^2 M = 64: 12.7 vs 14.7: …-s6-final / …-s6-pdl-bench-cuda.md).
         QuantizeLaunch q{&p, xq, s_x, pdl.launch};
-        a.launch.pdl = pdl.launch;
+        a.launch.pdl = pdl.launch && p.m <= 512;
         a.launch.pre_launch = &QuantizeLaunch::Run<T>;
         a.launch.pre_launch_ctx = &q;
         return sm90::LaunchFp8Gemm(a, bf16, static_cast<char*>(ws.data) + off, ws.bytes - off, stream);

@@ -48,6 +48,7 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -492,6 +493,12 @@ def main():
             save()
     save()
     log(markdown(meta, rows, m_list, methods))
+    try:  # the plot (bench/plot_cuda.py) where matplotlib is installed; else run that script later
+        from plot_cuda import plot
+
+        log(f"plot: {plot(Path(base + '.json'))}")
+    except ImportError as e:
+        log(f"no plot here ({e}): python bench/plot_cuda.py {base}.json")
 
 
 def markdown(meta, rows, m_list, methods):

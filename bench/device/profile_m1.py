@@ -1,5 +1,6 @@
 """One MatMulInt4 and one LinearFp8 node at M = 1 (4096 x 4096, fp16), run a few times: the
-target of bench/device/ncu.sh (Nsight Compute on the GEMV kernels)."""
+target of bench/device/ncu.sh and ncu_int4.sh (Nsight Compute). PROFILE_SHAPE (K x N),
+PROFILE_M and PROFILE_METHODS (bench_cuda.py methods) change what runs."""
 
 import os
 import sys
@@ -20,7 +21,7 @@ for method in os.environ.get("PROFILE_METHODS", "pyquant_int4,pyquant_fp8").spli
         sess_options=session_options(),
         providers=["CUDAExecutionProvider"],
     )
-    x = (rng.standard_normal((1, k)) * 0.5).astype(np.float16)
+    x = (rng.standard_normal((int(os.environ.get("PROFILE_M", "1")), k)) * 0.5).astype(np.float16)
     for _ in range(4):
         sess.run(None, {"X": x})
 print("done")

@@ -29,10 +29,12 @@ struct Fp8Options {
   // PYQUANT_FP8_SM90_MIN_M: smallest M for the Hopper GEMM (a huge value keeps the portable
   // kernels; 1 forces the GEMM down to M = 1).
   int64_t sm90_min_m = kFp8Sm90MinM;
-  // Layers with N * K < 2^25 (4096 x 4096 and smaller) start the Hopper GEMM at this M instead:
-  // there the mma.sync kernel is faster at M = 17..32 (H100: 16.3 vs 21.8 us on 4096 x 4096,
-  // bench/results/2026-11-22-h100-fp8-v2-mid-bench-cuda.md). PYQUANT_FP8_SM90_MIN_M sets both.
-  int64_t sm90_min_m_small = 33;
+  // Layers with N * K < 2^25 (4096 x 4096 and smaller) start the Hopper GEMM at this M. It was 33
+  // while the mma.sync kernel was faster at M = 17..32 there (H100: 16.3 vs 21.8 us on
+  // 4096 x 4096, bench/results/2026-11-22-h100-fp8-v2-mid-bench-cuda.md); with the 64 x 64
+  // ping-pong tile under PDL the GEMM is: 12.8 / 12.6 / 12.3 vs 14.8 / 14.9 / 15.2 us at
+  // M = 17 / 24 / 32 (…-s6-fp8min17-bench-cuda.md). PYQUANT_FP8_SM90_MIN_M sets both.
+  int64_t sm90_min_m_small = kFp8Sm90MinM;
   // PYQUANT_FP8_GEMV: small-M kernel.
   //   0 "auto": the fused GEMV (linear_fp8_gemv.h) at M = 1 where it fits, else "mma".
   //   1 "mma": fp8_mma_kernel (activations in the MMA's m16 slot, W in n8) for M <= 16.

@@ -27,7 +27,7 @@ Methods (fp16 activations):
                     c2, f256c2, p128, p128c2, p64, n64, p128all, p64all, p8, p16, rm2, rn4, dp, sk,
                     split2/4/8, nondet, sm90min<M>; see
                     ort_ops/cuda/linear_fp8.h) (not in the default list)
-  pyquant_int4_mid<v>  the 9 <= M <= 64 mma.sync kernel variant v (PYQUANT_INT4_MID_VARIANT, 0..8),
+  pyquant_int4_mid<v>  the 9 <= M <= 64 mma.sync kernel variant v (PYQUANT_INT4_MID_VARIANT, 0..9),
                     Hopper GEMM from M = 65 (not in the default list)
   pyquant_{int4,fp8}_nopdl / _pdllate  programmatic dependent launch off (PYQUANT_CUDA_PDL=0) / on
                     without early weight loads ("late"): ort_ops/cuda/pdl.h (not in the default list)
@@ -116,7 +116,7 @@ METHOD_ENV = {
     # with the Hopper GEMM from M = 65 only, so that they serve the whole range
     **{
         f"pyquant_int4_mid{i}": {"PYQUANT_INT4_MID_VARIANT": str(i), "PYQUANT_INT4_SM90_MIN_M": "65"}
-        for i in range(9)
+        for i in range(10)
     },
     # Programmatic dependent launch (ort_ops/cuda/pdl.h) off, or on without early weight loads.
     **{

@@ -433,7 +433,11 @@ void LaunchGemvVariant(int v, dim3 grid, const T* x, const uint8_t* b, const T* 
 //   4: NT 8, 4 warps, U 1, no prefetch (MT 4: NT 2, 8 warps, U 1, prefetch)
 //   5..8: the ring kernel (matmul_int4_ring_impl.cu: weights through a per-warp cp.async ring in
 //     shared memory) variants 0..3
-constexpr int kMidVariants = 5 + kInt4RingVariants;
+//   9: NT 4, 16 warps, U 1, prefetch (MT 2: none; MT 4: NT 1, none): variant 3 with twice the warps per SM (Nsight
+//     Compute on variant 3 at M = 16, 4096 x 4096: 8 warps per SM, 0.44 eligible warps per
+//     scheduler, 19 % of DRAM bandwidth: latency-bound, …-s6-ncu-int4-m16.txt)
+constexpr int kMidRingFirst = 5;
+constexpr int kMidVariants = kMidRingFirst + kInt4RingVariants + 1;
 
 // Default (H100, bench/results/2026-11-22-h100-s6-mid-bench-cuda.md, …-s6-ring-bench-cuda.md):
 // the ring kernel (variant 5) on wide layers with short rows up to M = 16 (4096 x 14336, K x N:
@@ -458,8 +462,8 @@ void LaunchMidVariant(int v, const T* x, const uint8_t* b, const T* s, const uin
   // MT = 4 keeps 64 accumulators per column pair: fewer weight fragments in flight there, so
   // that nothing spills (ptxas -v: 0 bytes spill stores for every instance below).
   constexpr bool kBig = MT == 4;
-  if (v >= 5) {
-    LaunchInt4Ring<T>(v - 5, MT, x, b, s, zp, bias, y, g, pdl, stream);
+  if (v >= kMidRingFirst && v < kMidRingFirst + kInt4RingVariants) {
+    LaunchInt4Ring<T>(v - kMidRingFirst, MT, x, b, s, zp, bias, y, g, pdl, stream);
     return;
   }
   switch (v) {
@@ -471,6 +475,13 @@ void LaunchMidVariant(int v, const T* x, const uint8_t* b, const T* s, const uin
       break;
     case 3:
       launch(int4_smallm_kernel<T, MT, 8, 1, true, !kBig, 1, 4>, 8, 4);
+      break;
+    case kMidRingFirst + kInt4RingVariants:  // 16 warps: <= 128 registers per thread
+      if constexpr (MT == 1) {
+        launch(int4_smallm_kernel<T, MT, 16, 1, true, true, 1, 4>, 16, 4);
+      } else {  // no prefetch registers: MT 2 with prefetch spilled
+        launch(int4_smallm_kernel<T, MT, 16, 1, true, false, 1, (kBig ? 1 : 4)>, 16, (kBig ? 1 : 4));
+      }
       break;
     case 4:  // MT 4: 128 accumulators for NT 8 would spill
       if constexpr (kBig) {

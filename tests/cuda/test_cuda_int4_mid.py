@@ -15,7 +15,7 @@ from tests.cuda.test_cuda_ops import _check_int4, _int4_case, _session
 
 pytestmark = pytest.mark.cuda
 
-N_VARIANTS = 9
+N_VARIANTS = 10
 
 
 @pytest.mark.parametrize("variant", range(-1, N_VARIANTS))

@@ -439,16 +439,19 @@ void LaunchGemvVariant(int v, dim3 grid, const T* x, const uint8_t* b, const T* 
 constexpr int kMidRingFirst = 5;
 constexpr int kMidVariants = kMidRingFirst + kInt4RingVariants + 1;
 
-// Default (H100, bench/results/2026-11-22-h100-s6-mid-bench-cuda.md, …-s6-ring-bench-cuda.md):
-// the ring kernel (variant 5) on wide layers with short rows up to M = 16 (4096 x 14336, K x N:
-// 21.8 / 22.2 / 23.5 us at M = 5 / 8 / 16 against 24.5 / 27.7 / 29.4 before), else variant 3
-// (4096 x 4096: 10.1 / 14.0 / 19.2 us at M = 16 / 32 / 48 against 12.7 / 20.7 / 20.7; 14336 x 4096:
-// 31.7 vs 35.3 at M = 16). Variant 0, the former default, was 2-5x slower from M = 32 on.
+// Default (H100, bench/results/2026-11-22-h100-s6-mid-bench-cuda.md, …-s6-ring-bench-cuda.md,
+// …-s6-mid9-bench-cuda.md): the ring kernel (variant 5) on wide layers with short rows up to
+// M = 16 (4096 x 14336, K x N: 21.8 / 22.2 / 23.5 us at M = 5 / 8 / 16 against 24.5 / 27.7 / 29.4
+// before); else variant 9 up to M = 32 (M = 16: 8.9 / 25.2 / 30.2 us on 4096 x 4096,
+// 14336 x 4096, 8192 x 8192 against 10.0 / 31.4 / 35.9 for variant 3; 4096 x 4096 at M = 32:
+// 10.5 vs 14.0) and variant 3 above (4096 x 4096 at M = 48: 19.0 us; variant 9 has no prefetch
+// and spills there, 45.8). Variant 0, the first version, was 2-5x slower from M = 32 on.
 bool WideShortRows(const MatMulInt4Problem& p) { return p.attrs.k <= 4096 && p.attrs.n >= 8192; }
 
 int MidVariantFor(const MatMulInt4Problem& p, int requested) {
   if (requested >= 0 && requested < kMidVariants) return requested;
-  return WideShortRows(p) && p.m <= 16 ? 5 : 3;
+  if (WideShortRows(p) && p.m <= 16) return kMidRingFirst;
+  return p.m <= 32 ? kMidRingFirst + kInt4RingVariants : 3;
 }
 
 template <typename T, int MT>

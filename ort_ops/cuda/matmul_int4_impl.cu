@@ -141,33 +141,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     for (int uu = 0; uu < U; ++uu) {
       const int c = c0 + uu * kWarps;
       if (c >= g.n_chunks) break;  // warp-uniform
-      const int kb = c * 128 + 32 * t;
-      const int kv = g.k - kb;
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int kk = kb + 8 * u;
-        uint32_t w[NT][4];  // decoded once, used for the MT m16 tiles
-#pragma unroll
-        for (int j = 0; j < NT; ++j) DecodeWord<T>(wf[uu][j], u, kv, w[j]);
-#pragma unroll
-        for (int i = 0; i < MT; ++i) {
-          uint4 a[2];  // rows g and g + 8 of m16 tile i, used for the NT column tiles
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int row = m0 + 16 * i + gr + 8 * h;
-            a[h] = ((kHi || h == 0) && row < g.m && kk < g.k) ? LoadCached16(x + int64_t(row) * g.k + kk)
-                                                              : make_uint4(0, 0, 0, 0);
-          }
-#pragma unroll
-          for (int j = 0; j < NT; ++j) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {  // step s = 2u + h: A regs = T2 #(2h), #(2h+1) of piece u
-              Mma16816<T>(acc[i][j], Word(a[0], 2 * h), Word(a[1], 2 * h), Word(a[0], 2 * h + 1), Word(a[1], 2 * h + 1),
-                          w[j][2 * h], w[j][2 * h + 1]);
-            }
-          }
-        }
-      }
+      Int4ChunkMma<T, MT, NT, kHi>(acc, x, g, m0, gr, c * 128 + 32 * t, wf[uu]);
     }
   };
 
@@ -192,28 +166,9 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     }
   }
 
-  // Sum the warps' partial tiles, one column tile at a time (shared memory stays
-  // kWarps * MT * 2 KB): red[warp][i*4 + r][lane]. Fixed summation order: deterministic.
+  // Sum the warps' partial tiles (shared memory: kWarps * MT * 2 KB) and store.
   __shared__ float red[kWarps][MT * 4][32];
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    if (j > 0) __syncthreads();  // the previous tile's readers are done
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) red[warp][i * 4 + r][lane] = acc[i][j][r];
-    __syncthreads();
-    // MT * 4 values per lane, spread over the warps.
-    for (int e = warp; e < MT * 4; e += kWarps) {
-      float v = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) v += red[w][e][lane];
-      const int i = e >> 2, r = e & 3;
-      const int row = m0 + 16 * i + gr + (r >= 2 ? 8 : 0);
-      const int c = blockIdx.x * 8 * NT + 8 * j + 2 * t + (r & 1);
-      if (row < g.m && c < g.n) y[int64_t(row) * g.n + c] = StoreT<T>(bias ? v + LoadF(bias, c) : v);
-    }
-  }
+  Int4ReduceStore<T, MT, NT, kWarps>(acc, red, bias, y, g, m0, blockIdx.x * 8 * NT);
 }
 
 // ---------------------------------------------------------------------------------------------

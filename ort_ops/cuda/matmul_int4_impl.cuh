@@ -227,6 +227,76 @@ __device__ __forceinline__ void LoadX32(const T* __restrict__ x, const Int4Geom&
   }
 }
 
+__device__ __forceinline__ uint32_t Word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// One 128-wide K chunk of the small-M kernels (int4_smallm_kernel, int4_ring_kernel): acc[i][j]
+// += X[m16 tile i] x W[n8 tile j] over the chunk's k = kb .. kb + 31 of this thread (kb = chunk *
+// 128 + 32 t, kv = K - kb), with f[j] this thread's weight fragment of column tile j. Each word u
+// of the fragments is decoded once for the MT row tiles; each X piece (rows g, g + 8 of a row
+// tile, 16 bytes at k = kb + 8 u) is loaded once for the NT column tiles. kHi = false: rows g + 8
+// are never valid (M <= 8), not loaded. kUnrollU: unroll of the 4 words (1 keeps MT = 4 from
+// hoisting all 32 X loads and spilling).
+template <typename T, int MT, int NT, bool kHi, int kUnrollU = 4>
+__device__ __forceinline__ void Int4ChunkMma(float (&acc)[MT][NT][4], const T* __restrict__ x, const Int4Geom& g,
+                                             int m0, int gr, int kb, const WeightFrag<T> (&f)[NT]) {
+  const int kv = g.k - kb;
+#pragma unroll kUnrollU
+  for (int u = 0; u < 4; ++u) {
+    const int kk = kb + 8 * u;
+    uint32_t w[NT][4];  // decoded once, used for the MT m16 tiles
+#pragma unroll
+    for (int j = 0; j < NT; ++j) DecodeWord<T>(f[j], u, kv, w[j]);
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      uint4 a[2];  // rows g and g + 8 of m16 tile i, used for the NT column tiles
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = m0 + 16 * i + gr + 8 * h;
+        a[h] = ((kHi || h == 0) && row < g.m && kk < g.k) ? LoadCached16(x + int64_t(row) * g.k + kk)
+                                                          : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // step s = 2u + h: A regs = T2 #(2h), #(2h+1) of piece u
+          Mma16816<T>(acc[i][j], Word(a[0], 2 * h), Word(a[1], 2 * h), Word(a[0], 2 * h + 1), Word(a[1], 2 * h + 1),
+                      w[j][2 * h], w[j][2 * h + 1]);
+        }
+      }
+    }
+  }
+}
+
+// The small-M kernels' epilogue: sums the kWarps warps' partial tiles acc through red, one column
+// tile at a time (fixed order: deterministic), and stores Y[m0 + row][col_base + 8 j + col] (+ bias)
+// for the rows < M and columns < N. Contains __syncthreads(): every thread of the CTA calls it.
+template <typename T, int MT, int NT, int kWarps>
+__device__ __forceinline__ void Int4ReduceStore(const float (&acc)[MT][NT][4], float (&red)[kWarps][MT * 4][32],
+                                                const T* __restrict__ bias, T* __restrict__ y, const Int4Geom& g,
+                                                int m0, int col_base) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int gr = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    if (j > 0) __syncthreads();  // the previous tile's readers are done
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) red[warp][i * 4 + r][lane] = acc[i][j][r];
+    __syncthreads();
+    // MT * 4 values per lane, spread over the warps.
+    for (int e = warp; e < MT * 4; e += kWarps) {
+      float v = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) v += red[w][e][lane];
+      const int i = e >> 2, r = e & 3;
+      const int row = m0 + 16 * i + gr + (r >= 2 ? 8 : 0);
+      const int c = col_base + 8 * j + 2 * t + (r & 1);
+      if (row < g.m && c < g.n) y[int64_t(row) * g.n + c] = StoreT<T>(bias ? v + LoadF(bias, c) : v);
+    }
+  }
+}
+
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   const int bytes = valid ? 16 : 0;  // 0: zero-fill, nothing read
@@ -235,8 +305,6 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool val
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
 __device__ __forceinline__ void CpAsyncWait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
-
-__device__ __forceinline__ uint32_t Word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
 // CTA-wide sums of kN per-thread values v[0..kN) (the decode GEMVs' partial dot products):
 // warp shuffles, then the kThreads / 32 warp totals through red. Returns total i = threadIdx.x to

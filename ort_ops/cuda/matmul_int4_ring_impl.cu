@@ -115,8 +115,6 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     uint32_t s2n[NT], zb2n[NT];
     meta(i + 1, s2n, zb2n);
     RingWait<S - 1>();  // chunk i has landed
-    const int kb = (warp + i * kWarps) * 128 + 32 * t;
-    const int kv = g.k - kb;
     WeightFrag<T> f[NT];
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
@@ -125,31 +123,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
       f[j].zb2 = zb2[j];
     }
     // Fully unrolled, MT = 4 would hoist all 32 X loads of the chunk and spill (ptxas -v).
-    constexpr int kUnrollU = MT >= 4 ? 1 : 4;
-#pragma unroll kUnrollU
-    for (int u = 0; u < 4; ++u) {
-      const int kk = kb + 8 * u;
-      uint32_t w[NT][4];  // decoded once, used for the MT m16 tiles
-#pragma unroll
-      for (int j = 0; j < NT; ++j) DecodeWord<T>(f[j], u, kv, w[j]);
-#pragma unroll
-      for (int mi = 0; mi < MT; ++mi) {
-        uint4 a[2];  // rows g and g + 8 of m16 tile mi
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = m0 + 16 * mi + gr + 8 * h;
-          a[h] = (row < g.m && kk < g.k) ? LoadCached16(x + int64_t(row) * g.k + kk) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {  // step s = 2u + h: A regs = T2 #(2h), #(2h+1) of piece u
-            Mma16816<T>(acc[mi][j], Word(a[0], 2 * h), Word(a[1], 2 * h), Word(a[0], 2 * h + 1), Word(a[1], 2 * h + 1),
-                        w[j][2 * h], w[j][2 * h + 1]);
-          }
-        }
-      }
-    }
+    Int4ChunkMma<T, MT, NT, true, (MT >= 4 ? 1 : 4)>(acc, x, g, m0, gr, (warp + i * kWarps) * 128 + 32 * t, f);
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
       s2[j] = s2n[j];
@@ -158,27 +132,9 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   }
   RingWait<0>();
 
-  // Sum the warps' partial tiles, one column tile at a time: red[warp][i*4 + r][lane]. Fixed
-  // summation order: deterministic.
+  // Sum the warps' partial tiles and store.
   __shared__ float red[kWarps][MT * 4][32];
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    if (j > 0) __syncthreads();  // the previous tile's readers are done
-#pragma unroll
-    for (int mi = 0; mi < MT; ++mi)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) red[warp][mi * 4 + r][lane] = acc[mi][j][r];
-    __syncthreads();
-    for (int e = warp; e < MT * 4; e += kWarps) {
-      float v = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) v += red[w][e][lane];
-      const int mi = e >> 2, r = e & 3;
-      const int row = m0 + 16 * mi + gr + (r >= 2 ? 8 : 0);
-      const int c = blockIdx.x * 8 * NT + 8 * j + 2 * t + (r & 1);
-      if (row < g.m && c < g.n) y[int64_t(row) * g.n + c] = StoreT<T>(bias ? v + LoadF(bias, c) : v);
-    }
-  }
+  Int4ReduceStore<T, MT, NT, kWarps>(acc, red, bias, y, g, m0, blockIdx.x * 8 * NT);
 }
 
 template <typename T, int MT, int kWarps, int NT, int S>

@@ -345,36 +345,42 @@ int GemvVariantFor(const MatMulInt4Problem& p, int requested) {
   return p.m == 1 ? kSmallMVariants : kSmallMVariants + 2;
 }
 
+// Launches one int4_smallm_kernel instance on its grid: ceil(N / (8 NT)) x ceil(M / (16 MT))
+// CTAs of 32 kWarps threads (launch errors are left for the caller's cudaGetLastError()).
+template <typename T, int MT, int kWarps, int U, bool kHi, bool kPrefetch, int kMinBlocks, int NT = 1>
+void LaunchSmallM(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y, const Int4Geom& g,
+                  PdlMode pdl, cudaStream_t stream) {
+  (void)LaunchWithPdl(int4_smallm_kernel<T, MT, kWarps, U, kHi, kPrefetch, kMinBlocks, NT>, SmallMGrid(g, NT, MT),
+                      dim3(32 * kWarps), stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
+}
+
 template <typename T>
-void LaunchGemvVariant(int v, dim3 grid, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias,
-                       T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
+void LaunchGemvVariant(int v, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
+                       const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   if (v >= kSmallMVariants) {
     if constexpr (!std::is_same<T, float>::value) {
       LaunchInt4GemvCc<T>(v - kSmallMVariants, x, b, s, zp, bias, y, g, pdl, stream);
     }
     return;
   }
-  const auto launch = [&](auto kernel, int warps) {
-    (void)LaunchWithPdl(kernel, grid, dim3(32 * warps), stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
-  };
   switch (v) {
     case 1:
-      launch(int4_smallm_kernel<T, 1, 4, 4, false, true, 1>, 4);
+      LaunchSmallM<T, 1, 4, 4, false, true, 1>(x, b, s, zp, bias, y, g, pdl, stream);
       break;
     case 2:
-      launch(int4_smallm_kernel<T, 1, 2, 4, false, true, 1>, 2);
+      LaunchSmallM<T, 1, 2, 4, false, true, 1>(x, b, s, zp, bias, y, g, pdl, stream);
       break;
     case 3:
-      launch(int4_smallm_kernel<T, 1, 8, 2, false, true, 1>, 8);
+      LaunchSmallM<T, 1, 8, 2, false, true, 1>(x, b, s, zp, bias, y, g, pdl, stream);
       break;
     case 4:
-      launch(int4_smallm_kernel<T, 1, 1, 4, false, true, 1>, 1);
+      LaunchSmallM<T, 1, 1, 4, false, true, 1>(x, b, s, zp, bias, y, g, pdl, stream);
       break;
     case 5:
-      launch(int4_smallm_kernel<T, 1, 2, 2, false, true, 8>, 2);
+      LaunchSmallM<T, 1, 2, 2, false, true, 8>(x, b, s, zp, bias, y, g, pdl, stream);
       break;
     default:
-      launch(int4_smallm_kernel<T, 1, 4, 8, false, false, 1>, 4);
+      LaunchSmallM<T, 1, 4, 8, false, false, 1>(x, b, s, zp, bias, y, g, pdl, stream);
   }
 }
 
@@ -392,7 +398,8 @@ void LaunchGemvVariant(int v, dim3 grid, const T* x, const uint8_t* b, const T* 
 //     Compute on variant 3 at M = 16, 4096 x 4096: 8 warps per SM, 0.44 eligible warps per
 //     scheduler, 19 % of DRAM bandwidth: latency-bound, …-s6-ncu-int4-m16.txt)
 constexpr int kMidRingFirst = 5;
-constexpr int kMidVariants = kMidRingFirst + kInt4RingVariants + 1;
+constexpr int kMid16Warps = kMidRingFirst + kInt4RingVariants;  // 9
+constexpr int kMidVariants = kMid16Warps + 1;
 
 // Default (H100, bench/results/2026-11-22-h100-s6-mid-bench-cuda.md, …-s6-ring-bench-cuda.md,
 // …-s6-mid9-bench-cuda.md): the ring kernel (variant 5) on wide layers with short rows up to
@@ -406,50 +413,42 @@ bool WideShortRows(const MatMulInt4Problem& p) { return p.attrs.k <= 4096 && p.a
 int MidVariantFor(const MatMulInt4Problem& p, int requested) {
   if (requested >= 0 && requested < kMidVariants) return requested;
   if (WideShortRows(p) && p.m <= 16) return kMidRingFirst;
-  return p.m <= 32 ? kMidRingFirst + kInt4RingVariants : 3;
+  return p.m <= 32 ? kMid16Warps : 3;
 }
 
 template <typename T, int MT>
 void LaunchMidVariant(int v, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
                       const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
-  const auto launch = [&](auto kernel, int warps, int nt) {
-    const dim3 grid(static_cast<unsigned>((g.n + 8 * nt - 1) / (8 * nt)),
-                    static_cast<unsigned>((g.m + 16 * MT - 1) / (16 * MT)));
-    (void)LaunchWithPdl(kernel, grid, dim3(32 * warps), stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
-  };
-  // MT = 4 keeps 64 accumulators per column pair: fewer weight fragments in flight there, so
-  // that nothing spills (ptxas -v: 0 bytes spill stores for every instance below).
-  constexpr bool kBig = MT == 4;
   if (v >= kMidRingFirst && v < kMidRingFirst + kInt4RingVariants) {
     LaunchInt4Ring<T>(v - kMidRingFirst, MT, x, b, s, zp, bias, y, g, pdl, stream);
     return;
   }
+  // MT = 4 keeps 64 accumulators per column pair: fewer weight fragments in flight there, so
+  // that nothing spills (ptxas -v), except variant 9 at MT = 2 / 4 (32-40 bytes at its
+  // 128-register cap).
+  constexpr bool kBig = MT == 4;
   switch (v) {
     case 1:
-      launch(int4_smallm_kernel<T, MT, 4, (kBig ? 2 : 4), true, true, 1, 2>, 4, 2);
+      LaunchSmallM<T, MT, 4, (kBig ? 2 : 4), true, true, 1, 2>(x, b, s, zp, bias, y, g, pdl, stream);
       break;
     case 2:
-      launch(int4_smallm_kernel<T, MT, 4, 2, true, !kBig, 1, 4>, 4, 4);
+      LaunchSmallM<T, MT, 4, 2, true, !kBig, 1, 4>(x, b, s, zp, bias, y, g, pdl, stream);
       break;
     case 3:
-      launch(int4_smallm_kernel<T, MT, 8, 1, true, !kBig, 1, 4>, 8, 4);
+      LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4>(x, b, s, zp, bias, y, g, pdl, stream);
       break;
-    case kMidRingFirst + kInt4RingVariants:  // 16 warps: <= 128 registers per thread
-      if constexpr (MT == 1) {
-        launch(int4_smallm_kernel<T, MT, 16, 1, true, true, 1, 4>, 16, 4);
-      } else {  // no prefetch registers: MT 2 with prefetch spilled
-        launch(int4_smallm_kernel<T, MT, 16, 1, true, false, 1, (kBig ? 1 : 4)>, 16, (kBig ? 1 : 4));
-      }
+    case kMid16Warps:  // <= 128 registers per thread; MT 2 with prefetch spilled more
+      LaunchSmallM<T, MT, 16, 1, true, MT == 1, 1, (kBig ? 1 : 4)>(x, b, s, zp, bias, y, g, pdl, stream);
       break;
     case 4:  // MT 4: 128 accumulators for NT 8 would spill
       if constexpr (kBig) {
-        launch(int4_smallm_kernel<T, MT, 8, 1, true, true, 1, 2>, 8, 2);
+        LaunchSmallM<T, MT, 8, 1, true, true, 1, 2>(x, b, s, zp, bias, y, g, pdl, stream);
       } else {
-        launch(int4_smallm_kernel<T, MT, 4, 1, true, false, 1, 8>, 4, 8);
+        LaunchSmallM<T, MT, 4, 1, true, false, 1, 8>(x, b, s, zp, bias, y, g, pdl, stream);
       }
       break;
     default:
-      launch(int4_smallm_kernel<T, MT, 4, (MT == 4 ? 4 : 8), true, false, 1>, 4, 1);
+      LaunchSmallM<T, MT, 4, (kBig ? 4 : 8), true, false, 1>(x, b, s, zp, bias, y, g, pdl, stream);
   }
 }
 }  // namespace
@@ -610,7 +609,6 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
     const T* s = static_cast<const T*>(p.scales);
     const T* bias = static_cast<const T*>(p.bias);
     T* y = static_cast<T*>(p.y);
-    const unsigned n8 = static_cast<unsigned>((a.n + 7) / 8);
     switch (path) {
       case Int4Path::kSmallM8:
         // A pinned mid variant also serves M = 5..8 (benchmarks); by default the ring kernel does on
@@ -619,7 +617,7 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
           LaunchMidVariant<T, 1>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
           break;
         }
-        LaunchGemvVariant<T>(GemvVariantFor(p, gemv_variant), dim3(n8, 1), x, p.b, s, p.zero_points, bias, y, g, pdl,
+        LaunchGemvVariant<T>(GemvVariantFor(p, gemv_variant), x, p.b, s, p.zero_points, bias, y, g, pdl,
                              stream);
         break;
       case Int4Path::kSmallM16:

@@ -227,7 +227,16 @@ __device__ __forceinline__ void LoadX32(const T* __restrict__ x, const Int4Geom&
   }
 }
 
-__device__ __forceinline__ uint32_t Word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+__device__ __forceinline__ uint32_t Word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// Grid of the small-M kernels (int4_smallm_kernel, int4_ring_kernel) for CTAs of nt n8 column
+// tiles x mt m16 row tiles: ceil(N / (8 nt)) x ceil(M / (16 mt)).
+inline dim3 SmallMGrid(const Int4Geom& g, int nt, int mt) {
+  return dim3(static_cast<unsigned>((g.n + 8 * nt - 1) / (8 * nt)),
+              static_cast<unsigned>((g.m + 16 * mt - 1) / (16 * mt)));
+}
 
 // One 128-wide K chunk of the small-M kernels (int4_smallm_kernel, int4_ring_kernel): acc[i][j]
 // += X[m16 tile i] x W[n8 tile j] over the chunk's k = kb .. kb + 31 of this thread (kb = chunk *

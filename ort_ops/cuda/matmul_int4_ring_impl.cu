@@ -142,11 +142,9 @@ void LaunchRing(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, con
                 PdlMode pdl, cudaStream_t stream) {
   constexpr int kRingBytes = kWarps * S * NT * 512;
   static_assert(kRingBytes + kWarps * MT * 512 <= 48 * 1024, "within the default shared-memory limit");
-  const dim3 grid(static_cast<unsigned>((g.n + 8 * NT - 1) / (8 * NT)),
-                  static_cast<unsigned>((g.m + 16 * MT - 1) / (16 * MT)));
   // Launch errors are left for the caller's cudaGetLastError().
-  (void)LaunchWithPdlSmem(int4_ring_kernel<T, MT, kWarps, NT, S>, grid, dim3(32 * kWarps), kRingBytes, stream,
-                          pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
+  (void)LaunchWithPdlSmem(int4_ring_kernel<T, MT, kWarps, NT, S>, SmallMGrid(g, NT, MT), dim3(32 * kWarps), kRingBytes,
+                          stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
 }
 
 template <typename T, int MT>

@@ -591,49 +591,47 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
                                 const Fp8Options& opt, PdlMode pdl) {
   if (p.m == 0) return cudaSuccess;
   if (p.m > 65535 || ws.bytes < LinearFp8WorkspaceBytes(p)) return cudaErrorInvalidConfiguration;
+  int device = 0;
+  bool sm90 = false;  // the Hopper GEMM's shape / type / device conditions (false for float)
+#if PYQUANT_WITH_SM90
+  sm90 = Sm90Candidate<T>(p, opt, &device);
+#endif
+  (void)device;
   if constexpr (!std::is_same<T, float>::value) {
     // Decode: quantization fused into the GEMV (no xq round trip, one launch), unless the Hopper
     // GEMM was asked for at this M.
     const bool fused_allowed = (opt.gemv == 0 && p.m <= kFp8GemvAutoMaxM) || opt.gemv >= 3;
-    int device = 0;
-    bool sm90 = false;
-#if PYQUANT_WITH_SM90
-    sm90 = Sm90Candidate<T>(p, opt, &device);
-#endif
-    (void)device;
     if (!force_ref && fused_allowed && !sm90 && Fp8GemvFusedFits(p, sizeof(T))) {
       return LaunchFp8GemvFused<T>(p, opt.gemv >= 3 ? opt.gemv - 3 : Fp8GemvAutoVariant(p.m), pdl, stream);
     }
   }
   uint8_t* xq = static_cast<uint8_t*>(ws.data);
   float* s_x = reinterpret_cast<float*>(static_cast<char*>(ws.data) + XqBytes(p));
+  const bool fast = !force_ref && Fp8FastPath(p);
 #if PYQUANT_WITH_SM90
-  if (!force_ref && Fp8FastPath(p)) {
-    int device = 0;
-    if (Sm90Candidate<T>(p, opt, &device)) {
-      const bool bf16 = std::is_same<T, __nv_bfloat16>::value;
-      sm90::Fp8GemmArgs a = Sm90Args(p, xq, s_x, device, opt);
-      const size_t off = XqBytes(p) + SxBytes(p);
-      // Supported + enough scratch (the op sized it with LinearFp8WorkspaceBytesT); else the
-      // portable kernel below serves this call.
-      if (ws.bytes >= off && sm90::Fp8GemmSupported(a, bf16) &&
-          sm90::Fp8GemmWorkspaceBytes(a, bf16) <= ws.bytes - off) {
-        // The quantizer is launched by the GEMM launcher right before the GEMM kernel (after its
-        // workspace memset), so that the GEMM can follow it under PDL (sm90/launch_control.h).
-        // PDL for the GEMM up to M = 512 only: beyond, its early CTAs take SMs from the larger
-        // quantizer grid (H100, M = 1024: 138.5 vs 130.1 us on 4096 x 14336; up to M = 512 it
-        // saves 1-2 us per layer, 4096^2 M = 64: 12.7 vs 14.7: …-s6-final / …-s6-pdl-bench-cuda.md).
-        QuantizeLaunch q{&p, xq, s_x, pdl.launch};
-        a.launch.pdl = pdl.launch && p.m <= 512;
-        a.launch.pre_launch = &QuantizeLaunch::Run<T>;
-        a.launch.pre_launch_ctx = &q;
-        return sm90::LaunchFp8Gemm(a, bf16, static_cast<char*>(ws.data) + off, ws.bytes - off, stream);
-      }
+  if (fast && sm90) {
+    const bool bf16 = std::is_same<T, __nv_bfloat16>::value;
+    sm90::Fp8GemmArgs a = Sm90Args(p, xq, s_x, device, opt);
+    const size_t off = XqBytes(p) + SxBytes(p);
+    // Supported + enough scratch (the op sized it with LinearFp8WorkspaceBytesT); else the
+    // portable kernel below serves this call.
+    if (ws.bytes >= off && sm90::Fp8GemmSupported(a, bf16) &&
+        sm90::Fp8GemmWorkspaceBytes(a, bf16) <= ws.bytes - off) {
+      // The quantizer is launched by the GEMM launcher right before the GEMM kernel (after its
+      // workspace memset), so that the GEMM can follow it under PDL (sm90/launch_control.h).
+      // PDL for the GEMM up to M = 512 only: beyond, its early CTAs take SMs from the larger
+      // quantizer grid (H100, M = 1024: 138.5 vs 130.1 us on 4096 x 14336; up to M = 512 it
+      // saves 1-2 us per layer, 4096^2 M = 64: 12.7 vs 14.7: …-s6-final / …-s6-pdl-bench-cuda.md).
+      QuantizeLaunch q{&p, xq, s_x, pdl.launch};
+      a.launch.pdl = pdl.launch && p.m <= 512;
+      a.launch.pre_launch = &QuantizeLaunch::Run<T>;
+      a.launch.pre_launch_ctx = &q;
+      return sm90::LaunchFp8Gemm(a, bf16, static_cast<char*>(ws.data) + off, ws.bytes - off, stream);
     }
   }
 #endif
   LaunchQuantize<T>(p, xq, s_x, pdl.launch, stream);
-  if (!force_ref && Fp8FastPath(p)) {
+  if (fast) {
     Fp8Geom g;
     g.m = static_cast<int>(p.m);
     g.n = static_cast<int>(p.n);

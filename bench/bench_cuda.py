@@ -27,6 +27,9 @@ Methods (fp16 activations):
                     c2, f256c2, p128, p128c2, p64, n64, p128all, p64all, p8, p16, rm2, rn4, dp, sk,
                     split2/4/8, nondet, sm90min<M>; see
                     ort_ops/cuda/linear_fp8.h) (not in the default list)
+  pyquant_int4_<knob>  the Hopper GEMM's scheduler under PYQUANT_INT4_SM90_* (dp, sk, heur, split2/3/4/8,
+                    nondet, sknondet, split2nondet, split4nondet, rm2, rn2; see
+                    ort_ops/cuda/env_knobs.h) (not in the default list)
   pyquant_int4_mid<v>  the 9 <= M <= 64 mma.sync kernel variant v (PYQUANT_INT4_MID_VARIANT, 0..9),
                     Hopper GEMM from M = 65 (not in the default list)
   pyquant_{int4,fp8}_nopdl / _pdllate  programmatic dependent launch off (PYQUANT_CUDA_PDL=0) / on
@@ -84,6 +87,27 @@ METHOD_ENV = {
         f"pyquant_int4_{t}all": {"PYQUANT_INT4_SM90_TILE": t, "PYQUANT_INT4_SM90_MIN_M": "1"}
         for t in ("p128", "p64")
     },
+    # Hopper GEMM scheduler knobs (PYQUANT_INT4_SM90_DECOMP / _SPLITS / _REDUCE,
+    # ort_ops/cuda/env_knobs.h): data-parallel, stream-K, split-K 2 / 4 / 8, unordered reduction
+    "pyquant_int4_dp": {"PYQUANT_INT4_SM90_DECOMP": "dp"},
+    "pyquant_int4_sk": {"PYQUANT_INT4_SM90_DECOMP": "streamk"},
+    "pyquant_int4_heur": {"PYQUANT_INT4_SM90_DECOMP": "heuristic"},
+    **{
+        f"pyquant_int4_split{s}": {"PYQUANT_INT4_SM90_DECOMP": "splitk", "PYQUANT_INT4_SM90_SPLITS": str(s)}
+        for s in (2, 3, 4, 8)
+    },
+    "pyquant_int4_nondet": {"PYQUANT_INT4_SM90_REDUCE": "nondet"},
+    "pyquant_int4_sknondet": {"PYQUANT_INT4_SM90_DECOMP": "streamk", "PYQUANT_INT4_SM90_REDUCE": "nondet"},
+    **{
+        f"pyquant_int4_split{s}nondet": {
+            "PYQUANT_INT4_SM90_DECOMP": "splitk",
+            "PYQUANT_INT4_SM90_SPLITS": str(s),
+            "PYQUANT_INT4_SM90_REDUCE": "nondet",
+        }
+        for s in (2, 4)
+    },
+    "pyquant_int4_rm2": {"PYQUANT_INT4_SM90_RASTER": "m", "PYQUANT_INT4_SM90_SWIZZLE": "2"},
+    "pyquant_int4_rn2": {"PYQUANT_INT4_SM90_RASTER": "n", "PYQUANT_INT4_SM90_SWIZZLE": "2"},
     "pyquant_fp8_portable": {"PYQUANT_FP8_SM90_MIN_M": str(1 << 40)},
     # LinearFp8 variants (ort_ops/cuda/linear_fp8.h, Fp8Options): the swapped-operand M <= 8
     # kernel, sm90 GEMM tiles (FastAccum 128x128 / 128x256, 2x1 clusters; fp16 output) and

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "cuda/pdl.h"
+#include "cuda/sm90/launch_control.h"
 #include "ops/linear_fp8.h"
 
 namespace pyquant {
@@ -20,8 +21,6 @@ struct Fp8Workspace {
 size_t LinearFp8WorkspaceBytes(const LinearFp8Problem& p);
 // Smallest M sent to the Hopper GEMM (below it the small-M mma.sync kernel streams W once).
 constexpr int64_t kFp8Sm90MinM = 17;
-// Fp8Options::sm90_decomposition value "auto" (resolved per call, see below).
-constexpr int kFp8DecompositionAuto = 4;
 
 // Kernel choices of one node, fixed when the kernel is created (CudaFp8Options() reads the
 // environment; tests and benchmarks set it around session creation). Defaults = production.
@@ -46,16 +45,13 @@ struct Fp8Options {
   //   PYQUANT_FP8_SM90_TILE     auto | f128 | f256 | c2 | f256c2 | p128 | p128c2 | p64 | n64
   //                             -> variant 0..8
   //   PYQUANT_FP8_SM90_PROMOTE  mma_promotion_interval (multiple of 4)
-  //   PYQUANT_FP8_SM90_DECOMP   auto | streamk | splitk | dp | heuristic (auto: data-parallel
-  //                             for M <= 256, CUTLASS's stream-K heuristic above; measured 15-20 %
-  //                             faster at M = 48..256 on 4096 x 4096 and equal on 4096 x 14336,
-  //                             bench/results/2026-11-22-h100-fp8-v2-mid-bench-cuda.md)
-  //   PYQUANT_FP8_SM90_SPLITS   split-K factor
-  //   PYQUANT_FP8_SM90_RASTER   auto | m | n
-  //   PYQUANT_FP8_SM90_SWIZZLE  1 | 2 | 4 | 8
-  //   PYQUANT_FP8_SM90_REDUCE   det | nondet
-  int sm90_variant = 0, sm90_promote = 0, sm90_decomposition = kFp8DecompositionAuto, sm90_splits = 0, sm90_raster = 0,
-      sm90_swizzle = 0, sm90_nondeterministic = 0;
+  int sm90_variant = 0, sm90_promote = 0;
+  //   PYQUANT_FP8_SM90_DECOMP / _SPLITS / _RASTER / _SWIZZLE / _REDUCE: the scheduler
+  //   (ReadSm90SchedulerTuning, env_knobs.h). Decomposition "auto" (unset): data-parallel for
+  //   M <= 256, CUTLASS's stream-K heuristic above; measured 15-20 % faster at M = 48..256 on
+  //   4096 x 4096 and equal on 4096 x 14336 (bench/results/2026-11-22-h100-fp8-v2-mid-bench-cuda.md).
+  sm90::Sm90SchedulerTuning sm90_sched;
+  bool sm90_decomposition_auto = true;
 };
 Fp8Options CudaFp8Options();
 

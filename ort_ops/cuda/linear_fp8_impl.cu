@@ -491,14 +491,9 @@ sm90::Fp8GemmArgs Sm90Args(const LinearFp8Problem& p, const uint8_t* xq, const f
   sm90::Fp8GemmArgs a;
   a.tune.variant = opt.sm90_variant;
   a.tune.promote = opt.sm90_promote;
+  static_cast<sm90::Sm90SchedulerTuning&>(a.tune) = opt.sm90_sched;
   // auto: data-parallel tiles up to M = 256 (measured faster there), CUTLASS's heuristic above.
-  a.tune.decomposition = opt.sm90_decomposition != kFp8DecompositionAuto ? opt.sm90_decomposition
-                         : p.m <= 256                                     ? 3
-                                                                          : 0;
-  a.tune.splits = opt.sm90_splits;
-  a.tune.raster = opt.sm90_raster;
-  a.tune.swizzle = opt.sm90_swizzle;
-  a.tune.nondeterministic = opt.sm90_nondeterministic;
+  if (opt.sm90_decomposition_auto) a.tune.decomposition = p.m <= 256 ? 3 : 0;
   a.xq = xq;
   a.s_x = s_x;
   a.w = p.w;

@@ -8,56 +8,27 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <initializer_list>
 #include <mutex>
 #include <vector>
 
 #include "cuda/cuda_check.h"
+#include "cuda/env_knobs.h"
 #include "cuda/linear_fp8.h"
 #include "cuda/matmul_int4.h"  // CudaForceReferenceKernels
 #include "cuda/register_cuda.h"
 
 namespace pyquant {
 
-namespace {
-
-const char* Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v ? v : nullptr;
-}
-int EnvInt(const char* name, int dflt) {
-  const char* v = Env(name);
-  return v ? static_cast<int>(std::strtol(v, nullptr, 10)) : dflt;
-}
-// Index of the environment value in `names` (also accepted: the index as a number), else dflt.
-int EnvChoice(const char* name, std::initializer_list<const char*> names, int dflt) {
-  const char* v = Env(name);
-  if (!v) return dflt;
-  int i = 0;
-  for (const char* n : names) {
-    if (std::strcmp(v, n) == 0) return i;
-    ++i;
-  }
-  return (*v >= '0' && *v <= '9') ? static_cast<int>(std::strtol(v, nullptr, 10)) : dflt;
-}
-
-}  // namespace
-
 Fp8Options CudaFp8Options() {
   Fp8Options o;
-  if (const char* v = Env("PYQUANT_FP8_SM90_MIN_M")) o.sm90_min_m = o.sm90_min_m_small = std::strtoll(v, nullptr, 10);
+  if (const char* v = EnvValue("PYQUANT_FP8_SM90_MIN_M")) {
+    o.sm90_min_m = o.sm90_min_m_small = std::strtoll(v, nullptr, 10);
+  }
   o.gemv = EnvChoice("PYQUANT_FP8_GEMV", {"auto", "mma", "swap", "fused", "fused1", "fused2", "fused3", "fused4"}, 0);
   o.sm90_variant = EnvChoice("PYQUANT_FP8_SM90_TILE",
                              {"auto", "f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64", "n64"}, 0);
   o.sm90_promote = EnvInt("PYQUANT_FP8_SM90_PROMOTE", 0);
-  // 0..3 as sm90::Fp8GemmTuning::decomposition; 4 "auto" (the default) is resolved per call.
-  o.sm90_decomposition = EnvChoice("PYQUANT_FP8_SM90_DECOMP", {"auto", "streamk", "splitk", "dp", "heuristic"}, 0);
-  if (o.sm90_decomposition == 0) o.sm90_decomposition = kFp8DecompositionAuto;
-  else if (o.sm90_decomposition == 4) o.sm90_decomposition = 0;
-  o.sm90_splits = EnvInt("PYQUANT_FP8_SM90_SPLITS", 0);
-  o.sm90_raster = EnvChoice("PYQUANT_FP8_SM90_RASTER", {"auto", "m", "n"}, 0);
-  o.sm90_swizzle = EnvInt("PYQUANT_FP8_SM90_SWIZZLE", 0);
-  o.sm90_nondeterministic = EnvChoice("PYQUANT_FP8_SM90_REDUCE", {"det", "nondet"}, 0);
+  o.sm90_sched = ReadSm90SchedulerTuning("PYQUANT_FP8_SM90", &o.sm90_decomposition_auto);
   return o;
 }
 

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/pdl.h"
+#include "cuda/sm90/launch_control.h"
 #include "ops/matmul_int4.h"
 
 namespace pyquant {
@@ -48,6 +49,10 @@ struct Int4Sm90Prepared {
   int64_t min_m = kInt4Sm90MinM;
   int64_t min_m_large = 17;
   int tile_variant = 0;  // PYQUANT_INT4_SM90_TILE: sm90::Int4GemmArgs::variant
+  // PYQUANT_INT4_SM90_DECOMP / _SPLITS / _REDUCE / _RASTER / _SWIZZLE (ReadSm90SchedulerTuning,
+  // env_knobs.h); decomposition_auto: the launcher picks the decomposition per call.
+  sm90::Sm90SchedulerTuning sched;
+  bool decomposition_auto = true;
 };
 template <typename T>
 size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m = kInt4TiledMinM,
@@ -86,6 +91,8 @@ int64_t CudaInt4Sm90MinM();
 // PYQUANT_INT4_SM90_TILE: auto | c1 | c2m | k128 | p128 | p256 | p64 (or the index), the Hopper GEMM
 // benchmark variant (int4_gemm_sm90_variants.cu).
 int CudaInt4Sm90Tile();
+// The Hopper GEMM's environment knobs (tile variant, scheduler) on top of `base`'s other fields.
+Int4Sm90Prepared CudaInt4Sm90Knobs(Int4Sm90Prepared base);
 // PYQUANT_INT4_GEMV_VARIANT if set to a valid variant index, else -1 (benchmarks).
 int CudaInt4GemvVariant();
 // PYQUANT_INT4_MID_VARIANT if set, else -1 (benchmarks): the 9 <= M <= 64 kernel variant.

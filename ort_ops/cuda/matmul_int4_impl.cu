@@ -499,6 +499,11 @@ sm90::Int4GemmArgs Sm90Args(const MatMulInt4Problem& p, const Int4Sm90Prepared* 
   a.row_bytes = static_cast<int>(Int4RowBytes(p.attrs.k, p.attrs.block_size));
   cudaGetDevice(&a.device);
   a.variant = sm90 ? sm90->tile_variant : 0;
+  if (sm90) {
+    a.sched = sm90->sched;
+    // auto: CUTLASS's stream-K heuristic.
+    if (sm90->decomposition_auto) a.sched.decomposition = 0;
+  }
   return a;
 }
 #endif

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cuda/cuda_check.h"
+#include "cuda/env_knobs.h"
 #include "cuda/matmul_int4.h"
 #include "cuda/register_cuda.h"
 
@@ -33,7 +34,7 @@ class MatMulInt4Cuda final : public Kernel {
     GetConstantInput(info, kI4B, &b_constant_);
     pdl_setting_ = CudaPdlSetting();
     sm90_.min_m = CudaInt4Sm90MinM();
-    sm90_.tile_variant = CudaInt4Sm90Tile();
+    sm90_ = CudaInt4Sm90Knobs(sm90_);
     if (sm90_.min_m != kInt4Sm90MinM) sm90_.min_m_large = sm90_.min_m;  // an explicit setting wins
   }
   void Compute(OrtKernelContext* ctx) override {
@@ -120,13 +121,13 @@ int CudaInt4MidVariant() {
 }
 
 int CudaInt4Sm90Tile() {
-  const char* v = std::getenv("PYQUANT_INT4_SM90_TILE");
-  if (v == nullptr || *v == '\0') return 0;
-  const char* names[] = {"auto", "c1", "c2m", "k128", "p128", "p256", "p64"};
-  for (int i = 0; i < 7; ++i) {
-    if (std::strcmp(v, names[i]) == 0) return i;
-  }
-  return static_cast<int>(std::strtol(v, nullptr, 10));
+  return EnvChoice("PYQUANT_INT4_SM90_TILE", {"auto", "c1", "c2m", "k128", "p128", "p256", "p64"}, 0);
+}
+
+Int4Sm90Prepared CudaInt4Sm90Knobs(Int4Sm90Prepared base) {
+  base.tile_variant = CudaInt4Sm90Tile();
+  base.sched = ReadSm90SchedulerTuning("PYQUANT_INT4_SM90", &base.decomposition_auto);
+  return base;
 }
 
 int64_t CudaInt4Sm90MinM() {

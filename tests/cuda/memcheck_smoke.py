@@ -72,6 +72,22 @@ def main() -> int:
                 finally:
                     os.environ.pop("PYQUANT_INT4_MID_VARIANT", None)
                     os.environ.pop("PYQUANT_INT4_SM90_MIN_M", None)
+        if dtype == "float16":  # the Hopper GEMM's scheduler knobs (split-K ordered / unordered, stream-K)
+            for knobs in (
+                {"PYQUANT_INT4_SM90_DECOMP": "splitk", "PYQUANT_INT4_SM90_SPLITS": "3"},
+                {
+                    "PYQUANT_INT4_SM90_DECOMP": "splitk",
+                    "PYQUANT_INT4_SM90_SPLITS": "4",
+                    "PYQUANT_INT4_SM90_REDUCE": "nondet",
+                },
+                {"PYQUANT_INT4_SM90_DECOMP": "streamk"},
+            ):
+                os.environ.update(knobs)
+                try:
+                    n_checked += check_int4(dtype, 1024, 264, 128, True, (64, 100, 300))
+                finally:
+                    for key in knobs:
+                        os.environ.pop(key, None)
         for k, n, blk in ((256, 37, 0), (240, 20, 64), (100, 9, 16), (256, 40, 0)):  # last: sm90 FP8 GEMM
             w = rng.standard_normal((n, k)).astype(np.float32)
             w8, ws = layout.quantize_weight_fp8(w, blk)

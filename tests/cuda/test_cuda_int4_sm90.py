@@ -132,3 +132,60 @@ def test_int4_sm90_tile_variants(rng, tile, bs, symmetric, kn):
     finally:
         os.environ.pop("PYQUANT_INT4_SM90_TILE", None)
     _check_int4(sess, rng, [17, 100, 513, 777, 1024], k, n, bs, "float16", b, scales_t, zp, bias_t)
+
+
+SCHEDULER_KNOBS = {
+    "dp": {"PYQUANT_INT4_SM90_DECOMP": "dp"},
+    "streamk": {"PYQUANT_INT4_SM90_DECOMP": "streamk"},
+    "heuristic": {"PYQUANT_INT4_SM90_DECOMP": "heuristic"},
+    "split2": {"PYQUANT_INT4_SM90_DECOMP": "splitk", "PYQUANT_INT4_SM90_SPLITS": "2"},
+    "split3": {"PYQUANT_INT4_SM90_DECOMP": "splitk", "PYQUANT_INT4_SM90_SPLITS": "3"},
+    "split8": {"PYQUANT_INT4_SM90_DECOMP": "splitk", "PYQUANT_INT4_SM90_SPLITS": "8"},
+    "nondet": {"PYQUANT_INT4_SM90_REDUCE": "nondet"},
+    "split4nondet": {
+        "PYQUANT_INT4_SM90_DECOMP": "splitk",
+        "PYQUANT_INT4_SM90_SPLITS": "4",
+        "PYQUANT_INT4_SM90_REDUCE": "nondet",
+    },
+    "rm2": {"PYQUANT_INT4_SM90_RASTER": "m", "PYQUANT_INT4_SM90_SWIZZLE": "2"},
+    "rn2": {"PYQUANT_INT4_SM90_RASTER": "n", "PYQUANT_INT4_SM90_SWIZZLE": "2"},
+}
+
+
+def _knob_session(model, knobs: dict[str, str]):
+    os.environ.update(knobs)
+    try:
+        return _sm90_session(model)
+    finally:
+        for key in knobs:
+            os.environ.pop(key, None)
+
+
+@pytest.mark.parametrize("knob", sorted(SCHEDULER_KNOBS))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("kn", [(4096, 520), (2000, 264)])
+def test_int4_sm90_scheduler_knobs(rng, knob, dtype, kn):
+    """The Hopper GEMM's scheduler knobs (PYQUANT_INT4_SM90_DECOMP / _SPLITS / _REDUCE / _RASTER /
+    _SWIZZLE, ort_ops/cuda/env_knobs.h) at every tile configuration: split-K factors that do
+    and do not divide the K tiles (K = 2000: 32 tiles of 64, the last partial), the unordered
+    reduction, both raster orders."""
+    k, n = kn
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, 128, dtype, bool(rng.integers(0, 2)), True)
+    sess = _knob_session(model, SCHEDULER_KNOBS[knob])
+    _check_int4(sess, rng, [17, 64, 100, 300, 777], k, n, 128, dtype, b, scales_t, zp, bias_t)
+
+
+@pytest.mark.parametrize("knob", ["split4", "streamk", "dp"])
+def test_int4_sm90_deterministic_knobs(rng, knob):
+    """Split-K and stream-K with the default (ordered) reduction give the same bits run to run."""
+    knobs = {"split4": {"PYQUANT_INT4_SM90_DECOMP": "splitk", "PYQUANT_INT4_SM90_SPLITS": "4"}}.get(
+        knob, {"PYQUANT_INT4_SM90_DECOMP": knob}
+    )
+    k, n, bs, dtype = 4096, 512, 128, "float16"
+    model, *_ = _int4_case(rng, k, n, bs, dtype, True, True)
+    sess = _knob_session(model, knobs)
+    for m in [64, 300]:
+        x = _as_t(rng.standard_normal((m, k)), dtype)
+        y0 = run_cuda(sess, x, n, dtype)
+        for _ in range(3):
+            np.testing.assert_array_equal(run_cuda(sess, x, n, dtype), y0)

@@ -21,6 +21,7 @@
 #error "the sm90 sources need CUTLASS_ENABLE_GDC_FOR_SM90 (CMakeLists.txt)"
 #endif
 
+#include "cuda/sm90/launch_control.h"
 #include "cute/layout.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/dispatch_policy.hpp"
@@ -58,6 +59,27 @@ struct ScheduleTraits {
                                               cutlass::epilogue::TmaWarpSpecializedCooperative>;
   using TileScheduler = std::conditional_t<kPingpong, cutlass::gemm::PersistentScheduler, StreamKSchedulerGdc>;
 };
+
+// Applies Sm90SchedulerTuning to the scheduler arguments of a kernel with schedule traits T.
+// Stream-K scheduler (cooperative): decomposition, splits and reduction order (deterministic,
+// ordered "turnstile" reduction of partial tiles unless t.nondeterministic: the same inputs give
+// bit-identical outputs); both schedulers: raster order and swizzle.
+template <typename Traits, typename SchedulerArgs>
+void ApplySchedulerTuning(SchedulerArgs& s, const Sm90SchedulerTuning& t) {
+  using namespace cutlass::gemm::kernel::detail;
+  if constexpr (!Traits::kPingpong) {
+    s.reduction_mode = t.nondeterministic ? ReductionMode::Nondeterministic : ReductionMode::Deterministic;
+    s.decomposition_mode = t.decomposition == 1   ? DecompositionMode::StreamK
+                           : t.decomposition == 2 ? DecompositionMode::SplitK
+                           : t.decomposition == 3 ? DecompositionMode::DataParallel
+                                                  : DecompositionMode::Heuristic;
+    if (t.splits > 1) s.splits = t.splits;
+  }
+  s.raster_order = t.raster == 1   ? RasterOrderOptions::AlongM
+                   : t.raster == 2 ? RasterOrderOptions::AlongN
+                                   : RasterOrderOptions::Heuristic;
+  if (t.swizzle > 1) s.max_swizzle_size = t.swizzle;
+}
 
 // GemmRunner: the calls around a GemmUniversalAdapter, for a struct D that defines `Gemm` (the
 // adapter) and `static typename Gemm::Arguments MakeArguments(const Args&)`; D derives from

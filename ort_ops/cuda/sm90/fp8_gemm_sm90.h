@@ -24,7 +24,7 @@ namespace sm90 {
 
 // Benchmark knobs (environment variables read by the op at kernel creation, see
 // linear_fp8_op.cc); all-zero is the default configuration.
-struct Fp8GemmTuning {
+struct Fp8GemmTuning : Sm90SchedulerTuning {
   // 0: default tiles (promoting mainloop; 64x64x128 ping-pong for M <= 64, 64x128x128 ping-pong
   //    for M <= 256 on few channel tiles, 128x128x128 cooperative otherwise: fp8_gemm_sm90.cu).
   // fp16 output only, else the default (fp8_gemm_sm90_variants.cu):
@@ -33,12 +33,7 @@ struct Fp8GemmTuning {
   //   7: 64x64x128 ping-pong (5..7: promoting, persistent data-parallel scheduler)
   //   8: 128x64x128 cooperative (the M <= 64 default before the ping-pong tiles)
   int variant = 0;
-  int promote = 0;        // mma_promotion_interval (MMAs of k = 32; multiple of 4); 0: CUTLASS's 4
-  int decomposition = 0;  // 0 heuristic (stream-K where it pays), 1 stream-K, 2 split-K, 3 data-parallel
-  int splits = 0;         // split-K factor (decomposition 2 / heuristic); 0: scheduler's choice
-  int raster = 0;         // 0 heuristic, 1 along M_c (channels), 2 along N_c (tokens)
-  int swizzle = 0;        // max_swizzle_size (1, 2, 4, 8); 0: 1
-  int nondeterministic = 0;  // 1: unordered stream-K reduction (not bit-reproducible)
+  int promote = 0;  // mma_promotion_interval (MMAs of k = 32; multiple of 4); 0: CUTLASS's 4
 };
 
 struct Fp8GemmArgs {

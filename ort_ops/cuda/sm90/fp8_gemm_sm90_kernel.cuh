@@ -116,22 +116,8 @@ struct Fp8Gemm : GemmRunner<Fp8Gemm<Element, TileShape, ClusterShape, Schedule>,
         {{a.w_scale, 0.0f, {}}, {}, {}},
         {static_cast<const Element*>(a.bias), Element(0), {}},
         {}};
-    using namespace cutlass::gemm::kernel::detail;
-    // Deterministic (ordered, "turnstile") stream-K / split-K reduction by default: the same
-    // inputs give bit-identical outputs. The other fields are benchmark knobs (Fp8GemmTuning).
-    if constexpr (!kPingpong) {
-      args.scheduler.reduction_mode =
-          a.tune.nondeterministic ? ReductionMode::Nondeterministic : ReductionMode::Deterministic;
-      args.scheduler.decomposition_mode = a.tune.decomposition == 1   ? DecompositionMode::StreamK
-                                          : a.tune.decomposition == 2 ? DecompositionMode::SplitK
-                                          : a.tune.decomposition == 3 ? DecompositionMode::DataParallel
-                                                                      : DecompositionMode::Heuristic;
-      if (a.tune.splits > 1) args.scheduler.splits = a.tune.splits;
-    }
-    args.scheduler.raster_order = a.tune.raster == 1   ? RasterOrderOptions::AlongM
-                                  : a.tune.raster == 2 ? RasterOrderOptions::AlongN
-                                                       : RasterOrderOptions::Heuristic;
-    if (a.tune.swizzle > 1) args.scheduler.max_swizzle_size = a.tune.swizzle;
+    // Scheduler: deterministic reduction by default; the rest are benchmark knobs (Fp8GemmTuning).
+    ApplySchedulerTuning<ScheduleTraits<Schedule>>(args.scheduler, a.tune);
     return args;
   }
 };

@@ -40,6 +40,9 @@ struct Int4GemmArgs {
   // M on the Hopper path; 0 = the default tiles. A variant that cannot take the problem leaves
   // the default.
   int variant = 0;
+  // Stream-K scheduler knobs (PYQUANT_INT4_SM90_DECOMP / _SPLITS / _REDUCE / _RASTER / _SWIZZLE);
+  // all-zero: CUTLASS's heuristic, deterministic reduction.
+  Sm90SchedulerTuning sched;
   Sm90LaunchControl launch;  // PDL after the previous kernel (no pre_launch)
 };
 

@@ -87,11 +87,9 @@ struct Int4Gemm : GemmRunner<Int4Gemm<Element, TileShape, ClusterShape_, Schedul
     args.epilogue.thread.alpha = 1.0f;
     args.epilogue.thread.beta = 0.0f;
     args.epilogue.thread.bias_ptr = static_cast<const Element*>(a.bias);
-    // Stream-K with the deterministic (ordered) reduction of partial tiles: the same inputs give
-    // bit-identical outputs run to run.
-    if constexpr (!kPingpong) {
-      args.scheduler.reduction_mode = cutlass::gemm::kernel::detail::ReductionMode::Deterministic;
-    }
+    // Scheduler (stream-K heuristic, deterministic reduction: the same inputs give bit-identical
+    // outputs run to run, unless a.sched asks otherwise): ApplySchedulerTuning.
+    ApplySchedulerTuning<ScheduleTraits<Schedule>>(args.scheduler, a.sched);
     return args;
   }
 };

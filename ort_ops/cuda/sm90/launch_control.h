@@ -1,11 +1,23 @@
-// How the Hopper GEMMs (fp8_gemm_sm90.h, int4_gemm_sm90.h) are launched, beyond their operands.
-// Plain header (no CUTLASS types): the portable launchers fill it in.
+// How the Hopper GEMMs (fp8_gemm_sm90.h, int4_gemm_sm90.h) are launched and scheduled, beyond
+// their operands. Plain header (no CUTLASS types): the portable launchers fill it in.
 #pragma once
 
 #include <cuda_runtime.h>
 
 namespace pyquant {
 namespace sm90 {
+
+// Tile-scheduler knobs of the cooperative (stream-K scheduler) kernels, applied by
+// ApplySchedulerTuning (cutlass_gemm_common.h); all-zero = CUTLASS's heuristic with the
+// deterministic reduction. The ping-pong kernels (persistent data-parallel scheduler) take only
+// raster and swizzle.
+struct Sm90SchedulerTuning {
+  int decomposition = 0;     // 0 heuristic (stream-K where it pays), 1 stream-K, 2 split-K, 3 data-parallel
+  int splits = 0;            // split-K factor (decomposition 2 / heuristic); 0: the scheduler's choice
+  int raster = 0;            // 0 heuristic, 1 along M_c (channels), 2 along N_c (tokens)
+  int swizzle = 0;           // max_swizzle_size (1, 2, 4, 8); 0: 1
+  int nondeterministic = 0;  // 1: unordered stream-K / split-K reduction (not bit-reproducible)
+};
 
 struct Sm90LaunchControl {
   // Programmatic dependent launch (cuda/pdl.h): the GEMM may start while the previous kernel on

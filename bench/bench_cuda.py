@@ -8,7 +8,11 @@ shapes are not square, so the layers cannot chain). Each M gets its own ORT CUDA
 (enable_cuda_graph + gpu_graph_id), inputs / outputs bound once through IOBinding to torch
 buffers; runs are queued without host synchronisation (disable_synchronize_execution_providers)
 and timed on the host clock from a device synchronisation to the one after R runs: time per
-layer = span / (R * L). Several repeats, the median is reported.
+layer = span / (R * L). All methods of a shape are prepared first (sessions, graphs for every M);
+then per M each method's batch of R runs is timed once per round, the order rotated every round
+(--rounds, default 7), and the median is reported: every method sees the same clock and thermal
+history, so that ratios between methods are not biased by the order they ran in (--sequential:
+each method alone, 5 batches, the layout before 2026-11-23).
 
 Methods (fp16 activations):
   pyquant_int4      pyquant::MatMulInt4, block 128, symmetric (B [N, n_blocks, 64], scales fp16)
@@ -24,12 +28,15 @@ Methods (fp16 activations):
   pyquant_fp8_portable  pyquant_fp8 with the Hopper GEMM off (PYQUANT_FP8_SM90_MIN_M huge): the
                     mma.sync kernels that serve GPUs other than sm_90 (not in the default list)
   pyquant_fp8_<variant>  pyquant_fp8 under the environment switches of METHOD_ENV (swap, f128, f256,
-                    c2, f256c2, p128, p128c2, p64, n64, p128all, p64all, p8, p16, rm2, rn4, dp, sk,
+                    c2, f256c2, p128, p128c2, p64, n64, f192, f192c2, p128all, p64all, p8, p16, rm2, rn4, dp, sk,
                     split2/4/8, nondet, sm90min<M>; see
                     ort_ops/cuda/linear_fp8.h) (not in the default list)
   pyquant_int4_<knob>  the Hopper GEMM's scheduler under PYQUANT_INT4_SM90_* (dp, sk, heur, split2/3/4/8,
                     nondet, sknondet, split2nondet, split4nondet, rm2, rn2; see
                     ort_ops/cuda/env_knobs.h) (not in the default list)
+  pyquant_int4_shuf / _sshuf  the Hopper GEMM on a shuffled weight copy (uint4 + zero points / signed
+                    int4, scale only): ort_ops/cuda/sm90/int4_gemm_sm90_shuffled.cu (not in the default list)
+  pyquant_int4_again  the default again: an A/A control of the noise between methods (not in the default list)
   pyquant_int4_mid<v>  the 9 <= M <= 64 mma.sync kernel variant v (PYQUANT_INT4_MID_VARIANT, 0..9),
                     Hopper GEMM from M = 65 (not in the default list)
   pyquant_{int4,fp8}_nopdl / _pdllate  programmatic dependent launch off (PYQUANT_CUDA_PDL=0) / on
@@ -80,8 +87,10 @@ METHOD_ENV = {
     "pyquant_int4_sm90all": {"PYQUANT_INT4_SM90_MIN_M": "1"},
     **{
         f"pyquant_int4_{t}": {"PYQUANT_INT4_SM90_TILE": t}
-        for t in ("c1", "c2m", "k128", "p128", "p256", "p64")
+        for t in ("c1", "c2m", "k128", "p128", "p256", "p64", "shuf", "sshuf")
     },
+    # the default again under another name: an A/A control of the timing noise between methods
+    "pyquant_int4_again": {},
     # a ping-pong tile from M = 1 on (below the default Hopper range too)
     **{
         f"pyquant_int4_{t}all": {"PYQUANT_INT4_SM90_TILE": t, "PYQUANT_INT4_SM90_MIN_M": "1"}
@@ -117,7 +126,7 @@ METHOD_ENV = {
     **{f"pyquant_fp8_fused{i}": {"PYQUANT_FP8_GEMV": "fused" if i == 0 else f"fused{i}"} for i in range(5)},
     **{
         f"pyquant_fp8_{t}": {"PYQUANT_FP8_SM90_TILE": t}
-        for t in ("f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64", "n64")
+        for t in ("f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64", "n64", "f192", "f192c2")
     },
     **{
         f"pyquant_fp8_{t}all": {"PYQUANT_FP8_SM90_TILE": t, "PYQUANT_FP8_SM90_MIN_M": "1"}
@@ -279,6 +288,28 @@ def time_stream(fn, reps, repeats=5):
     return statistics.median(spans), spans
 
 
+def time_interleaved(runners, rounds):
+    """runners: {method: {"fn", "reps"}} of one shape and M. Times one batch of `reps` calls per
+    method per round, the methods in a different (rotated) order each round, and returns
+    {method: (median seconds per batch, spans)}: every method sees the same GPU clock / thermal
+    history, so that their ratios are not biased by the order they ran in."""
+    import torch
+
+    names = list(runners)
+    spans = {name: [] for name in names}
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            fn, reps = runners[name]["fn"], runners[name]["reps"]
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                fn()
+            torch.cuda.synchronize()
+            spans[name].append(time.perf_counter() - t0)
+    return {name: (statistics.median(v), v) for name, v in spans.items()}
+
+
 def copy_bandwidth():
     import torch
 
@@ -296,7 +327,9 @@ def reps_for(seconds_per_call):
     return int(min(200, max(3, 0.05 / max(seconds_per_call, 1e-7))))
 
 
-def bench_ort(method, model_bytes, k, n, layers, m_list, use_graph=True):
+def bench_ort(method, model_bytes, k, n, layers, m_list, use_graph=True, prepare_only=False):
+    """Times `method` per M, or with prepare_only returns {M: runner} (runner: fn, reps, check;
+    the closures keep the session and buffers alive) for interleaved timing (time_interleaved)."""
     import onnxruntime as ort
     import torch
     from onnx import TensorProto
@@ -336,14 +369,25 @@ def bench_ort(method, model_bytes, k, n, layers, m_list, use_graph=True):
         sess.run_with_iobinding(io, ro)
         torch.cuda.synchronize()
         reps = reps_for(time.perf_counter() - t1)
-        t, spans = time_stream(lambda io=io, ro=ro: sess.run_with_iobinding(io, ro), reps)
+
+        def run(io=io, ro=ro):
+            sess.run_with_iobinding(io, ro)
+
+        def check(ys=ys, m=m):
+            torch.cuda.synchronize()
+            assert torch.isfinite(ys[-1]).all().item(), f"{method} M={m}: non-finite output"
+
+        if prepare_only:
+            results[m] = {"fn": run, "reps": reps, "check": check, "keep": (sess, x, ys, io, ro)}
+            continue
+        t, spans = time_stream(run, reps)
         results[m] = {"s_per_layer": t / (reps * layers), "reps": reps, "spans_s": spans}
-        torch.cuda.synchronize()
-        assert torch.isfinite(ys[-1]).all().item(), f"{method} M={m}: non-finite output"
+        check()
     return results
 
 
-def bench_torch(method, rng, k, n, layers, m_list):
+def bench_torch(method, rng, k, n, layers, m_list, prepare_only=False):
+    """As bench_ort, for the torch methods (CUDA graphs)."""
     import torch
 
     ws = []
@@ -401,6 +445,11 @@ def bench_torch(method, rng, k, n, layers, m_list):
             g.replay()
             torch.cuda.synchronize()
             reps = reps_for(time.perf_counter() - t1)
+            if prepare_only:
+                results[m] = {"fn": g.replay, "reps": reps, "check": lambda: None, "keep": (g, x, ws)}
+                if note:
+                    results[m]["note"] = note
+                continue
             t, spans = time_stream(g.replay, reps)
             results[m] = {"s_per_layer": t / (reps * layers), "reps": reps, "spans_s": spans}
             if note:
@@ -422,6 +471,13 @@ def main():
         "--layers", type=int, default=16, help="layers per model (fewer where fp16 weights pass 1.5 GB)"
     )
     ap.add_argument("--commit", default=os.environ.get("PYQUANT_COMMIT", "unknown"))
+    ap.add_argument(
+        "--sequential",
+        action="store_true",
+        help="time each method alone, one after the other (the layout before 2026-11-23); default: "
+        "all methods of a shape prepared first, then timed in interleaved rounds per M",
+    )
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (timed batches) per method and M")
     args = ap.parse_args()
 
     import onnxruntime as ort
@@ -448,6 +504,10 @@ def main():
         "pyquant_build": pyquant.build_info(),
         "block_size": BLOCK,
         "pyquant_cuda_kernels": os.environ.get("PYQUANT_CUDA_KERNELS", "fast"),
+        "timed_batches": 5 if args.sequential else args.rounds,
+        "timing": "methods timed one after the other"
+        if args.sequential
+        else "methods interleaved: one batch of each per round, the order rotated every round",
     }
     os.makedirs(args.out, exist_ok=True)
     base = os.path.join(args.out, f"{args.date}-{args.tag}-bench-cuda")
@@ -462,29 +522,23 @@ def main():
         layers = args.layers
         if layers * n * k * 2 > 1.5e9:
             layers = max(8, int(1.5e9 // (n * k * 2)))
-        for method in methods:
-            t0 = time.time()
+        def measure(method, prepare_only):
+            """(results per M, mode) of one method; with prepare_only the results are runners."""
             try:
                 if method.startswith("torch"):
-                    res = bench_torch(method, rng, k, n, layers, m_list)
-                    mode = "torch CUDA graph"
-                else:
-                    model = build_model(method, rng, k, n, layers)
-                    try:
-                        res = bench_ort(method, model, k, n, layers, m_list, use_graph=True)
-                        mode = "ORT CUDA graph"
-                    except Exception as e:  # noqa: BLE001
-                        log(
-                            f"  {method}: CUDA graph failed ({type(e).__name__}: {str(e)[:200]}); "
-                            "plain IOBinding"
-                        )
-                        res = bench_ort(method, model, k, n, layers, m_list, use_graph=False)
-                        mode = "ORT IOBinding, no graph"
+                    return bench_torch(method, rng, k, n, layers, m_list, prepare_only), "torch CUDA graph"
+                model = build_model(method, rng, k, n, layers)
+                try:
+                    return bench_ort(method, model, k, n, layers, m_list, True, prepare_only), "ORT CUDA graph"
+                except Exception as e:  # noqa: BLE001
+                    log(f"  {method}: CUDA graph failed ({type(e).__name__}: {str(e)[:200]}); plain IOBinding")
+                    res = bench_ort(method, model, k, n, layers, m_list, False, prepare_only)
+                    return res, "ORT IOBinding, no graph"
             except Exception as e:  # noqa: BLE001
                 log(f"  {method} {k}x{n}: FAILED {type(e).__name__}: {str(e)[:300]}")
-                res = {m: {"error": f"{type(e).__name__}: {e}"[:300]} for m in m_list}
-                mode = "failed"
-            torch.cuda.empty_cache()
+                return {m: {"error": f"{type(e).__name__}: {e}"[:300]} for m in m_list}, "failed"
+
+        def add_rows(method, res, mode, t0):
             for m in m_list:
                 r = res.get(m, {"error": "missing"})
                 row = {"K": k, "N": n, "M": m, "method": method, "layers": layers, "mode": mode}
@@ -509,12 +563,41 @@ def main():
             log(
                 f"{k}x{n} {method:16s} [{mode}] "
                 + " ".join(
-                    f"M{r['M']}:{r['us']:.1f}" if "us" in r else f"M{r['M']}:ERR"
-                    for r in rows[-len(m_list) :]
+                    f"M{r['M']}:{r['us']:.1f}" if "us" in r else f"M{r['M']}:ERR" for r in rows[-len(m_list) :]
                 )
                 + f"  ({time.time() - t0:.0f} s)"
             )
-            save()
+
+        if args.sequential:
+            for method in methods:
+                t0 = time.time()
+                res, mode = measure(method, prepare_only=False)
+                torch.cuda.empty_cache()
+                add_rows(method, res, mode, t0)
+                save()
+            continue
+        # interleaved: every method's sessions and graphs first, then per M rounds over all of them
+        t0 = time.time()
+        prepared = {method: measure(method, prepare_only=True) for method in methods}
+        results = {method: {} for method in methods}
+        for m in m_list:
+            runners = {meth: res[m] for meth, (res, _) in prepared.items() if "fn" in res.get(m, {})}
+            timed = time_interleaved(runners, args.rounds)
+            for meth, (res, _) in prepared.items():
+                r = res.get(m, {"error": "missing"})
+                if meth in timed:
+                    t, spans = timed[meth]
+                    r["check"]()
+                    results[meth][m] = {"s_per_layer": t / (r["reps"] * layers), "reps": r["reps"], "spans_s": spans}
+                    if "note" in r:
+                        results[meth][m]["note"] = r["note"]
+                else:
+                    results[meth][m] = {"error": r.get("error", "missing")}
+        for method in methods:
+            add_rows(method, results[method], prepared[method][1], t0)
+        del prepared, results
+        torch.cuda.empty_cache()
+        save()
     save()
     log(markdown(meta, rows, m_list, methods))
     try:  # the plot (bench/plot_cuda.py) where matplotlib is installed; else run that script later
@@ -532,7 +615,8 @@ def markdown(meta, rows, m_list, methods):
         f"commit `{meta['commit']}`; onnxruntime {meta['onnxruntime']}, torch {meta['torch']}; "
         f"copy bandwidth {meta['copy_bandwidth_TBps']:.2f} TB/s (read + write). Command: `{meta['command']}`",
         "",
-        "µs per layer (median of 5 timed batches of R CUDA-graph replays, synchronised at both ends; "
+        f"µs per layer (median of {meta.get('timed_batches', 5)} timed batches of R CUDA-graph replays, "
+        f"synchronised at both ends; {meta.get('timing', 'methods timed one after the other')}; "
         "each model holds L layers "
         "with distinct weights reading one X); in brackets: % of the HBM floor (weights + X + Y bytes once "
         "/ copy bandwidth). int4: block 128, symmetric, fp16 activations.",

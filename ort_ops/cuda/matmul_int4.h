@@ -46,6 +46,9 @@ struct Int4Workspace {
 struct Int4Sm90Prepared {
   const void* scales_t = nullptr;
   const void* zeros_t = nullptr;
+  // The shuffled weight copy of benchmark variants shuf / sshuf (sm90/int4_gemm_sm90.h), prepared
+  // only for them and only from a constant B; else nullptr.
+  const void* b_shuffled = nullptr;
   int64_t min_m = kInt4Sm90MinM;
   int64_t min_m_large = 17;
   int tile_variant = 0;  // PYQUANT_INT4_SM90_TILE: sm90::Int4GemmArgs::variant
@@ -69,16 +72,19 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
 // problem's shape / type / block size suit it (pointers aside): worth preparing for.
 template <typename T>
 bool MatMulInt4Sm90Candidate(const MatMulInt4Problem& p);
-// Bytes PrepareMatMulInt4Sm90 writes at `dst` (16-byte aligned pieces).
+// Bytes PrepareMatMulInt4Sm90 writes at `dst` (16-byte aligned pieces). with_b_copy: also the
+// weight copy that out->tile_variant asks for (benchmark variants shuf / sshuf), when any.
 template <typename T>
-size_t MatMulInt4Sm90PreparedBytes(const MatMulInt4Problem& p);
+size_t MatMulInt4Sm90PreparedBytes(const MatMulInt4Problem& p, const Int4Sm90Prepared& knobs, bool with_b_copy);
 // Writes scales_t / zeros_t for p's scales and zero points at dst and checks them: *usable is
 // false when a scale is not finite or -zp * scale overflows T (then the portable kernels keep
-// exact IEEE semantics). Synchronizes `stream` once to read the check; must not be called during
-// CUDA graph capture. out->scales_t / zeros_t point into dst.
+// exact IEEE semantics). With with_b_copy, also the weight copy of out->tile_variant
+// (out->b_shuffled; nullptr when the variant needs none or the shape has none). Synchronizes
+// `stream` once to read the check; must not be called during CUDA graph capture.
+// out->scales_t / zeros_t / b_shuffled point into dst.
 template <typename T>
-cudaError_t PrepareMatMulInt4Sm90(const MatMulInt4Problem& p, void* dst, cudaStream_t stream, Int4Sm90Prepared* out,
-                                  bool* usable);
+cudaError_t PrepareMatMulInt4Sm90(const MatMulInt4Problem& p, bool with_b_copy, void* dst, cudaStream_t stream,
+                                  Int4Sm90Prepared* out, bool* usable);
 template <typename T>
 cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream);
 
@@ -88,8 +94,9 @@ bool CudaForceReferenceKernels();
 int64_t CudaInt4TiledMinM();
 // PYQUANT_INT4_SM90_MIN_M if set, else kInt4Sm90MinM (a huge value disables the sm90 GEMM).
 int64_t CudaInt4Sm90MinM();
-// PYQUANT_INT4_SM90_TILE: auto | c1 | c2m | k128 | p128 | p256 | p64 (or the index), the Hopper GEMM
-// benchmark variant (int4_gemm_sm90_variants.cu).
+// PYQUANT_INT4_SM90_TILE: auto | c1 | c2m | k128 | p128 | p256 | p64 | shuf | sshuf (or the index),
+// the Hopper GEMM benchmark variant (int4_gemm_sm90_variants.cu; shuf / sshuf: a shuffled weight
+// copy, int4_gemm_sm90_shuffled.cu).
 int CudaInt4Sm90Tile();
 // The Hopper GEMM's environment knobs (tile variant, scheduler) on top of `base`'s other fields.
 Int4Sm90Prepared CudaInt4Sm90Knobs(Int4Sm90Prepared base);

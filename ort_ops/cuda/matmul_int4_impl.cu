@@ -499,7 +499,9 @@ sm90::Int4GemmArgs Sm90Args(const MatMulInt4Problem& p, const Int4Sm90Prepared* 
   a.row_bytes = static_cast<int>(Int4RowBytes(p.attrs.k, p.attrs.block_size));
   cudaGetDevice(&a.device);
   a.variant = sm90 ? sm90->tile_variant : 0;
+  a.symmetric = p.zero_points == nullptr;
   if (sm90) {
+    a.b_shuffled = static_cast<const uint8_t*>(sm90->b_shuffled);
     a.sched = sm90->sched;
     // auto: CUTLASS's stream-K heuristic.
     if (sm90->decomposition_auto) a.sched.decomposition = 0;
@@ -678,24 +680,38 @@ __global__ void int4_prepare_sm90_kernel(const T* __restrict__ scales, const uin
   if (!isfinite(sf) || !isfinite(LoadF(&zt, 0))) atomicOr(bad, 1);
 }
 
-namespace {
-size_t AlignUp256(size_t v) { return (v + 255) & ~size_t{255}; }
-}  // namespace
-
 template <typename T>
 bool MatMulInt4Sm90Candidate(const MatMulInt4Problem& p) {
   return Sm90ShapeOk<T>(p);
 }
 
+namespace {
+size_t AlignUp256(size_t v) { return (v + 255) & ~size_t{255}; }
+
+// Bytes of the weight copy that the variant in `knobs` reads (0: none).
+size_t Sm90WeightCopyBytes(const MatMulInt4Problem& p, const Int4Sm90Prepared& knobs) {
+#if PYQUANT_WITH_SM90
+  if (sm90::Int4GemmVariantWeightCopy(knobs.tile_variant) == 0) return 0;
+  return AlignUp256(sm90::Int4ShuffledBytes(static_cast<int>(p.attrs.n), static_cast<int>(p.attrs.k)));
+#else
+  (void)p;
+  (void)knobs;
+  return 0;
+#endif
+}
+
+}  // namespace
+
 template <typename T>
-size_t MatMulInt4Sm90PreparedBytes(const MatMulInt4Problem& p) {
+size_t MatMulInt4Sm90PreparedBytes(const MatMulInt4Problem& p, const Int4Sm90Prepared& knobs, bool with_b_copy) {
   const size_t one = AlignUp256(static_cast<size_t>(p.attrs.n * p.attrs.n_blocks()) * sizeof(T));
-  return 2 * one + 256;  // scales_t, zeros_t, the check flag
+  // scales_t, zeros_t, the check flag, the weight copy
+  return 2 * one + 256 + (with_b_copy ? Sm90WeightCopyBytes(p, knobs) : 0);
 }
 
 template <typename T>
-cudaError_t PrepareMatMulInt4Sm90(const MatMulInt4Problem& p, void* dst, cudaStream_t stream, Int4Sm90Prepared* out,
-                                  bool* usable) {
+cudaError_t PrepareMatMulInt4Sm90(const MatMulInt4Problem& p, bool with_b_copy, void* dst, cudaStream_t stream,
+                                  Int4Sm90Prepared* out, bool* usable) {
   *usable = false;
   const size_t one = AlignUp256(static_cast<size_t>(p.attrs.n * p.attrs.n_blocks()) * sizeof(T));
   T* st = static_cast<T*>(dst);
@@ -709,6 +725,17 @@ cudaError_t PrepareMatMulInt4Sm90(const MatMulInt4Problem& p, void* dst, cudaStr
       static_cast<const T*>(p.scales), p.zero_points, st, zt, n, nb,
       static_cast<int>(Int4ZeroPointRowBytes(p.attrs.k, p.attrs.block_size)), bad);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  out->b_shuffled = nullptr;
+#if PYQUANT_WITH_SM90
+  if (with_b_copy && Sm90WeightCopyBytes(p, *out) != 0) {
+    void* copy = static_cast<char*>(dst) + 2 * one + 256;
+    const bool signed_codes = sm90::Int4GemmVariantWeightCopy(out->tile_variant) == 2;
+    e = sm90::PrepareInt4ShuffledWeights(p.b, static_cast<int>(Int4RowBytes(p.attrs.k, p.attrs.block_size)), n,
+                                         static_cast<int>(p.attrs.k), signed_codes, copy, stream);
+    if (e != cudaSuccess) return e;
+    out->b_shuffled = copy;
+  }
+#endif
   int host_bad = 1;
   if ((e = cudaMemcpyAsync(&host_bad, bad, sizeof(int), cudaMemcpyDeviceToHost, stream)) != cudaSuccess) return e;
   if ((e = cudaStreamSynchronize(stream)) != cudaSuccess) return e;
@@ -724,9 +751,9 @@ cudaError_t PrepareMatMulInt4Sm90(const MatMulInt4Problem& p, void* dst, cudaStr
   template size_t MatMulInt4WorkspaceBytes<T>(const MatMulInt4Problem&, int64_t, const Int4Sm90Prepared*);    \
   template cudaError_t LaunchMatMulInt4Ref<T>(const MatMulInt4Problem&, cudaStream_t);                        \
   template bool MatMulInt4Sm90Candidate<T>(const MatMulInt4Problem&);                                         \
-  template size_t MatMulInt4Sm90PreparedBytes<T>(const MatMulInt4Problem&);                                   \
-  template cudaError_t PrepareMatMulInt4Sm90<T>(const MatMulInt4Problem&, void*, cudaStream_t, Int4Sm90Prepared*, \
-                                                bool*);
+  template size_t MatMulInt4Sm90PreparedBytes<T>(const MatMulInt4Problem&, const Int4Sm90Prepared&, bool);       \
+  template cudaError_t PrepareMatMulInt4Sm90<T>(const MatMulInt4Problem&, bool, void*, cudaStream_t,           \
+                                                Int4Sm90Prepared*, bool*);
 PYQUANT_INSTANTIATE(float)
 PYQUANT_INSTANTIATE(__half)
 PYQUANT_INSTANTIATE(__nv_bfloat16)

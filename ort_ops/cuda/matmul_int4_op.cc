@@ -68,14 +68,18 @@ class MatMulInt4Cuda final : public Kernel {
   const Int4Sm90Prepared* PreparedSm90(const MatMulInt4Problem& p, cudaStream_t stream) {
     if (!scales_constant_ || (p.zero_points != nullptr && !zp_constant_)) return nullptr;
     if (p.m < std::min(sm90_.min_m, sm90_.min_m_large) || !MatMulInt4Sm90Candidate<T>(p)) return nullptr;
-    if (prepared_for_scales_ != p.scales || prepared_for_zp_ != p.zero_points) {
+    // The benchmark variants' weight copy (shuf / sshuf) only from a constant B.
+    const bool b_copy = b_constant_;
+    if (prepared_for_scales_ != p.scales || prepared_for_zp_ != p.zero_points || (b_copy && prepared_for_b_ != p.b)) {
       cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
       ThrowOnCudaError(cudaStreamIsCapturing(stream, &cap), "cudaStreamIsCapturing");
       if (cap != cudaStreamCaptureStatusNone) return nullptr;
-      void* dst = prepared_.Get(MatMulInt4Sm90PreparedBytes<T>(p), stream, "MatMulInt4 (sm90 scales)");
-      ThrowOnCudaError(PrepareMatMulInt4Sm90<T>(p, dst, stream, &sm90_, &sm90_usable_), "MatMulInt4 sm90 preparation");
+      void* dst = prepared_.Get(MatMulInt4Sm90PreparedBytes<T>(p, sm90_, b_copy), stream, "MatMulInt4 (sm90 scales)");
+      ThrowOnCudaError(PrepareMatMulInt4Sm90<T>(p, b_copy, dst, stream, &sm90_, &sm90_usable_),
+                       "MatMulInt4 sm90 preparation");
       prepared_for_scales_ = p.scales;
       prepared_for_zp_ = p.zero_points;
+      prepared_for_b_ = p.b;
     }
     return sm90_usable_ ? &sm90_ : nullptr;
   }
@@ -96,6 +100,7 @@ class MatMulInt4Cuda final : public Kernel {
   bool sm90_usable_ = false;
   const void* prepared_for_scales_ = nullptr;
   const void* prepared_for_zp_ = nullptr;
+  const void* prepared_for_b_ = nullptr;
 };
 
 }  // namespace
@@ -121,7 +126,7 @@ int CudaInt4MidVariant() {
 }
 
 int CudaInt4Sm90Tile() {
-  return EnvChoice("PYQUANT_INT4_SM90_TILE", {"auto", "c1", "c2m", "k128", "p128", "p256", "p64"}, 0);
+  return EnvChoice("PYQUANT_INT4_SM90_TILE", {"auto", "c1", "c2m", "k128", "p128", "p256", "p64", "shuf", "sshuf"}, 0);
 }
 
 Int4Sm90Prepared CudaInt4Sm90Knobs(Int4Sm90Prepared base) {

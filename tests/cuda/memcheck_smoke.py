@@ -88,6 +88,14 @@ def main() -> int:
                 finally:
                     for key in knobs:
                         os.environ.pop(key, None)
+            # the shuffled-weight-copy variants (the copy kernel and the GEMM reading it)
+            for knobs in ({"PYQUANT_INT4_SM90_TILE": "shuf"}, {"PYQUANT_INT4_SM90_TILE": "sshuf"}):
+                os.environ.update(knobs)
+                try:
+                    n_checked += check_int4(dtype, 512, 256, 128, True, (64, 100, 520))
+                finally:
+                    for key in knobs:
+                        os.environ.pop(key, None)
         for k, n, blk in ((256, 37, 0), (240, 20, 64), (100, 9, 16), (256, 40, 0)):  # last: sm90 FP8 GEMM
             w = rng.standard_normal((n, k)).astype(np.float32)
             w8, ws = layout.quantize_weight_fp8(w, blk)

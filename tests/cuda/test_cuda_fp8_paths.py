@@ -182,7 +182,9 @@ def test_fp8_gemv_swap(rng, dtype, x_scale, kn):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("tile", ["f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64", "n64"])
+@pytest.mark.parametrize(
+    "tile", ["f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64", "n64", "f192", "f192c2"]
+)
 @pytest.mark.parametrize("kn", [(4096, 520), (1008, 264), (6160, 8)])
 def test_fp8_sm90_tile_variants(rng, dtype, tile, kn):
     """PYQUANT_FP8_SM90_TILE variants (fp16 output; bf16 keeps the default tiles): partial tiles

@@ -43,29 +43,12 @@ namespace {
 using namespace cute;
 using detail::Int4Gemm;
 
-using NarrowTile = Shape<_128, _64, _64>;
-using WideTile = Shape<_128, _128, _64>;
-using HugeTile = Shape<_128, _256, _64>;  // each decoded weight feeds 256 columns of X
-using HugeCluster = Shape<_2, _1, _1>;
-using MidTile = Shape<_64, _256, _64>;  // ping-pong
-using detail::NoCluster;
-using detail::Pingpong;
-constexpr int kNarrowMaxM = 64;
-constexpr int kWideMaxM = 512;
+using detail::WithDefaultTiles;
 
-// One tile configuration per M range; F is called with the chosen Int4Gemm<Element, Tile>.
+// One tile configuration per M range (above); F is called with the chosen Int4Gemm<Element, ...>.
 template <typename Element, typename F>
 auto WithConfig(const Int4GemmArgs& a, F&& f) {
-  if (a.m <= kNarrowMaxM) return f(Int4Gemm<Element, NarrowTile>{});
-  if (a.m <= kWideMaxM) {
-    // 64 x 256 ping-pong tiles where they fill the GPU and pad no more than Wide does.
-    const int64_t mid_tiles = int64_t((a.n + 63) / 64) * ((a.m + 255) / 256);
-    if (a.m > 128 && 4 * mid_tiles >= 3 * int64_t(CudaSmCount(a.device))) {
-      return f(Int4Gemm<Element, MidTile, NoCluster, Pingpong>{});
-    }
-    return f(Int4Gemm<Element, WideTile>{});
-  }
-  return f(Int4Gemm<Element, HugeTile, HugeCluster>{});
+  return WithDefaultTiles<Element, detail::Int4WeightFormat::kPacked>(a, f);
 }
 
 template <typename F>

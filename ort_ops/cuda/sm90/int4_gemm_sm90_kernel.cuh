@@ -28,14 +28,47 @@ namespace detail {
 
 using namespace cute;
 
+// The shuffled weight copy (Int4WeightFormat kShuffled / kShuffledSigned): each 16 x 16 (N x K)
+// block of codes is stored as the 128 bytes that the 32 threads of one warp hold as the A operand
+// of a register-sourced m64nNk16 wgmma (one warp's 16 rows), each thread's 8 codes in one 32-bit
+// word, so that the consumer warpgroups load a k16 slice with one 32-bit shared-memory load per
+// thread and decode it without byte permutes. In the A fragment, lane = 4 g + c holds
+//   v = e + 2 h + 4 f  at  (row g + 8 h, k 2 c + e + 8 f)      (g < 8, c < 4; e, h, f < 2)
+// and code v of a lane sits in nibble 4 e + h + 2 f of its word, i.e. the word holds
+//   nibble:  7    6    5    4    3    2    1    0
+//   v:       v7   v5   v3   v1   v6   v4   v2   v0
+// so that nibbles i and i + 4 (extracted together by one lop3 with mask 0x000F000F) are the pair
+// (v_2i, v_2i+1) of one 32-bit fp16x2 MMA register (CUTLASS's LayoutAwareConvert specialisations
+// for this value order). Byte offset of code (row, k) inside the block:
+//   nibble = 32 g + 8 c + 4 e + h + 2 f, row = g + 8 h, k = e + 2 c + 8 f.
+// The blocks tile the N x K matrix column-major (N fastest), as cute::tile_to_shape lays them out.
+using Int4ShuffleAtom = cute::Layout<cute::Shape<cute::Shape<cute::_8, cute::_2>, cute::Shape<cute::_2, cute::_4, cute::_2>>,
+                                     cute::Stride<cute::Stride<cute::_32, cute::_1>, cute::Stride<cute::_4, cute::_8, cute::_2>>>;
+using Int4ShuffledLayout = decltype(cute::tile_to_shape(Int4ShuffleAtom{}, cute::make_shape(int{}, int{}, int{})));
+CUTE_HOST_DEVICE Int4ShuffledLayout MakeInt4ShuffledLayout(int n, int k) {
+  return cute::tile_to_shape(Int4ShuffleAtom{}, cute::make_shape(n, k, 1));
+}
+
+// The narrow operand of the GEMM.
+//   kPacked:         MatMulInt4's B in place: uint4 codes q, w = q * s + zeros_t (zeros_t = -zp * s)
+//   kShuffled:       the shuffled copy of B (above), same codes and decode
+//   kShuffledSigned: the shuffled copy with every code XOR 8, i.e. q - 8 as a signed int4, scale
+//                    only (w = (q - 8) * s): symmetric weights (no zero points) alone
+enum class Int4WeightFormat { kPacked, kShuffled, kShuffledSigned };
+
 // Schedule: cooperative (default) or ping-pong; what follows from it: cutlass_gemm_common.h. In the
 // ping-pong kernel one warpgroup decodes int4 while the other's wgmmas run.
 template <typename Element, typename TileShape, typename ClusterShape_ = cute::Shape<cute::_1, cute::_1, cute::_1>,
-          typename Schedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative>
-struct Int4Gemm : GemmRunner<Int4Gemm<Element, TileShape, ClusterShape_, Schedule>, Int4GemmArgs> {
-  using ElementQ = cutlass::uint4b_t;  // codes 0..15; the zero point comes in through zeros_t
+          typename Schedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+          Int4WeightFormat kFormat = Int4WeightFormat::kPacked>
+struct Int4Gemm : GemmRunner<Int4Gemm<Element, TileShape, ClusterShape_, Schedule, kFormat>, Int4GemmArgs> {
+  static constexpr bool kShuffledB = kFormat != Int4WeightFormat::kPacked;
+  static constexpr bool kScaleOnly = kFormat == Int4WeightFormat::kShuffledSigned;
+  // codes 0..15 (the zero point comes in through zeros_t), or q - 8 in -8..7 (scale only)
+  using ElementQ = std::conditional_t<kScaleOnly, cutlass::int4b_t, cutlass::uint4b_t>;
   using ElementAcc = float;
-  using LayoutA = cutlass::layout::RowMajor;     // W [N, K], K-major
+  // W [N, K], K-major, or the shuffled copy's cute layout
+  using LayoutA = std::conditional_t<kShuffledB, Int4ShuffledLayout, cutlass::layout::RowMajor>;
   using LayoutB = cutlass::layout::ColumnMajor;  // X^T [K, M], K-major
   using LayoutD = cutlass::layout::ColumnMajor;  // Y^T [N, M]
   static constexpr int kAlignA = 128 / cutlass::sizeof_bits<ElementQ>::value;  // 32 codes = 16 bytes
@@ -54,7 +87,9 @@ struct Int4Gemm : GemmRunner<Int4Gemm<Element, TileShape, ClusterShape_, Schedul
       kAlignD, EpilogueSchedule, Fusion>::CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cute::tuple<ElementQ, Element, Element>, LayoutA, kAlignA,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+      std::conditional_t<kScaleOnly, cute::tuple<ElementQ, Element>, cute::tuple<ElementQ, Element, Element>>, LayoutA,
+      kAlignA,
       Element, LayoutB, kAlignB, ElementAcc, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       Schedule>::CollectiveOp;
@@ -68,7 +103,14 @@ struct Int4Gemm : GemmRunner<Int4Gemm<Element, TileShape, ClusterShape_, Schedul
     using StrideD = typename Kernel::StrideD;
     using StrideS = typename Mainloop::StrideScale;
     // A: (n, k, l) -> n * row_bytes * 2 + k codes.  B: (m, k, l) -> m * K + k.  D: (n, m, l) -> m * N + n.
-    StrideA stride_a = cute::make_stride(int64_t(a.row_bytes) * 2, _1{}, int64_t(0));
+    StrideA stride_a = [&] {
+      if constexpr (kShuffledB) {
+        return MakeInt4ShuffledLayout(a.n, a.k);
+      } else {
+        return cute::make_stride(int64_t(a.row_bytes) * 2, _1{}, int64_t(0));
+      }
+    }();
+    const uint8_t* b = kShuffledB ? a.b_shuffled : a.b;
     StrideB stride_b = cute::make_stride(int64_t(a.k), _1{}, int64_t(0));
     StrideD stride_d = cute::make_stride(_1{}, int64_t(a.n), int64_t(0));
     StrideS stride_s = cute::make_stride(_1{}, int64_t(a.n), int64_t(0));  // (n, g, l) -> g * N + n
@@ -77,13 +119,21 @@ struct Int4Gemm : GemmRunner<Int4Gemm<Element, TileShape, ClusterShape_, Schedul
     hw.device_id = a.device;
     hw.sm_count = CudaSmCount(a.device);
 
-    typename Gemm::Arguments args{
-        cutlass::gemm::GemmUniversalMode::kGemm,
-        {a.n, a.m, a.k, 1},
-        {reinterpret_cast<const ElementQ*>(a.b), stride_a, static_cast<const Element*>(a.x), stride_b,
-         static_cast<const Element*>(a.scales_t), stride_s, a.block_size, static_cast<const Element*>(a.zeros_t)},
-        {{}, nullptr, stride_d, static_cast<Element*>(a.y), stride_d},
-        hw};
+    typename Mainloop::Arguments mainloop = [&]() -> typename Mainloop::Arguments {
+      const auto* q = reinterpret_cast<const ElementQ*>(b);
+      const auto* x = static_cast<const Element*>(a.x);
+      const auto* st = static_cast<const Element*>(a.scales_t);
+      if constexpr (kScaleOnly) {
+        return {q, stride_a, x, stride_b, st, stride_s, a.block_size};
+      } else {
+        return {q, stride_a, x, stride_b, st, stride_s, a.block_size, static_cast<const Element*>(a.zeros_t)};
+      }
+    }();
+    typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
+                                  {a.n, a.m, a.k, 1},
+                                  mainloop,
+                                  {{}, nullptr, stride_d, static_cast<Element*>(a.y), stride_d},
+                                  hw};
     args.epilogue.thread.alpha = 1.0f;
     args.epilogue.thread.beta = 0.0f;
     args.epilogue.thread.bias_ptr = static_cast<const Element*>(a.bias);
@@ -93,6 +143,30 @@ struct Int4Gemm : GemmRunner<Int4Gemm<Element, TileShape, ClusterShape_, Schedul
     return args;
   }
 };
+
+// The default tile configuration per M range (int4_gemm_sm90.cu explains the choice); F is called
+// with the chosen Int4Gemm<Element, Tile, Cluster, Schedule, kFormat>.
+constexpr int kNarrowMaxM = 64;
+constexpr int kWideMaxM = 512;
+template <typename Element, Int4WeightFormat kFormat, typename F>
+auto WithDefaultTiles(const Int4GemmArgs& a, F&& f) {
+  using NarrowTile = Shape<_128, _64, _64>;
+  using WideTile = Shape<_128, _128, _64>;
+  using HugeTile = Shape<_128, _256, _64>;  // each decoded weight feeds 256 columns of X
+  using HugeCluster = Shape<_2, _1, _1>;
+  using MidTile = Shape<_64, _256, _64>;  // ping-pong
+  using Cooperative = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  if (a.m <= kNarrowMaxM) return f(Int4Gemm<Element, NarrowTile, NoCluster, Cooperative, kFormat>{});
+  if (a.m <= kWideMaxM) {
+    // 64 x 256 ping-pong tiles where they fill the GPU and pad no more than Wide does.
+    const int64_t mid_tiles = int64_t((a.n + 63) / 64) * ((a.m + 255) / 256);
+    if (a.m > 128 && 4 * mid_tiles >= 3 * int64_t(CudaSmCount(a.device))) {
+      return f(Int4Gemm<Element, MidTile, NoCluster, Pingpong, kFormat>{});
+    }
+    return f(Int4Gemm<Element, WideTile, NoCluster, Cooperative, kFormat>{});
+  }
+  return f(Int4Gemm<Element, HugeTile, HugeCluster, Cooperative, kFormat>{});
+}
 
 }  // namespace detail
 }  // namespace sm90

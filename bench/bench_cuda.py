@@ -9,10 +9,11 @@ shapes are not square, so the layers cannot chain). Each M gets its own ORT CUDA
 buffers; runs are queued without host synchronisation (disable_synchronize_execution_providers)
 and timed on the host clock from a device synchronisation to the one after R runs: time per
 layer = span / (R * L). All methods of a shape are prepared first (sessions, graphs for every M);
-then per M each method's batch of R runs is timed once per round, the order rotated every round
-(--rounds, default 7), and the median is reported: every method sees the same clock and thermal
-history, so that ratios between methods are not biased by the order they ran in (--sequential:
-each method alone, 5 batches, the layout before 2026-11-23).
+then per M each method's batch of R runs is timed once per round, right after an untimed quarter
+batch of itself, the methods in a random order each round (--rounds, default 7), and the median
+is reported: ratios between methods are not biased by the order they ran in or by the power
+state the previous method left (time_interleaved; --sequential: each method alone, 5 batches,
+the layout before 2026-11-23).
 
 Methods (fp16 activations):
   pyquant_int4      pyquant::MatMulInt4, block 128, symmetric (B [N, n_blocks, 64], scales fp16)
@@ -28,7 +29,7 @@ Methods (fp16 activations):
   pyquant_fp8_portable  pyquant_fp8 with the Hopper GEMM off (PYQUANT_FP8_SM90_MIN_M huge): the
                     mma.sync kernels that serve GPUs other than sm_90 (not in the default list)
   pyquant_fp8_<variant>  pyquant_fp8 under the environment switches of METHOD_ENV (swap, f128, f256,
-                    c2, f256c2, p128, p128c2, p64, n64, f192, f192c2, p128all, p64all, p8, p16, rm2, rn4, dp, sk,
+                    c2, f256c2, p128, p128c2, p64, n64, f192, f192c2, c128, p128all, p64all, p8, p16, rm2, rn4, dp, sk,
                     split2/4/8, nondet, sm90min<M>; see
                     ort_ops/cuda/linear_fp8.h) (not in the default list)
   pyquant_int4_<knob>  the Hopper GEMM's scheduler under PYQUANT_INT4_SM90_* (dp, sk, heur, split2/3/4/8,
@@ -126,7 +127,7 @@ METHOD_ENV = {
     **{f"pyquant_fp8_fused{i}": {"PYQUANT_FP8_GEMV": "fused" if i == 0 else f"fused{i}"} for i in range(5)},
     **{
         f"pyquant_fp8_{t}": {"PYQUANT_FP8_SM90_TILE": t}
-        for t in ("f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64", "n64", "f192", "f192c2")
+        for t in ("f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64", "n64", "f192", "f192c2", "c128")
     },
     **{
         f"pyquant_fp8_{t}all": {"PYQUANT_FP8_SM90_TILE": t, "PYQUANT_FP8_SM90_MIN_M": "1"}
@@ -288,19 +289,29 @@ def time_stream(fn, reps, repeats=5):
     return statistics.median(spans), spans
 
 
-def time_interleaved(runners, rounds):
+def time_interleaved(runners, rounds, seed=0):
     """runners: {method: {"fn", "reps"}} of one shape and M. Times one batch of `reps` calls per
-    method per round, the methods in a different (rotated) order each round, and returns
-    {method: (median seconds per batch, spans)}: every method sees the same GPU clock / thermal
-    history, so that their ratios are not biased by the order they ran in."""
+    method per round, the methods in a fresh random order each round, each batch right after an
+    untimed quarter batch of the same method, and returns {method: (median seconds per batch,
+    spans)}. Why: the GPU's clocks follow its power draw with a delay, so a batch timed right
+    after a power-hungry method (an fp16 GEMM) runs slower; with a fixed (even rotated) order a
+    method always follows the same neighbour (2026-11-23: an identical copy of the default INT4
+    method measured 10-20 % apart at M = 256 that way). The warm-up lets every method time its
+    own steady state, and the random order spreads what is left evenly."""
+    import random
+
     import torch
 
     names = list(runners)
     spans = {name: [] for name in names}
-    for r in range(rounds):
-        order = names[r % len(names) :] + names[: r % len(names)]
+    order_rng = random.Random(seed)
+    for _ in range(rounds):
+        order = names[:]
+        order_rng.shuffle(order)
         for name in order:
             fn, reps = runners[name]["fn"], runners[name]["reps"]
+            for _ in range(max(1, reps // 4)):
+                fn()
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             for _ in range(reps):
@@ -507,7 +518,7 @@ def main():
         "timed_batches": 5 if args.sequential else args.rounds,
         "timing": "methods timed one after the other"
         if args.sequential
-        else "methods interleaved: one batch of each per round, the order rotated every round",
+        else "methods interleaved: per round one batch of each after a quarter batch of itself, random order",
     }
     os.makedirs(args.out, exist_ok=True)
     base = os.path.join(args.out, f"{args.date}-{args.tag}-bench-cuda")

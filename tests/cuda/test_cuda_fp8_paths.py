@@ -105,11 +105,12 @@ def test_fp8_sm90_shapes(rng, dtype, x_scale, with_bias, kn):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("block_size", [0, 128])
 def test_fp8_large_m(rng, dtype, block_size):
-    """M = 4097: many waves of output tiles (sm90) / of the portable kernel (block scales)."""
+    """M = 4097: many waves of output tiles (sm90) / of the portable kernel (block scales); 1535 /
+    1536 / 2000: either side of the 128x128 -> 128x192 tile switch, partial token tiles."""
     k, n = 1024, 264
     model, w8, ws, bias_t = _fp8_case(rng, k, n, block_size, dtype, None, True)
     sess = _fp8_session(model)
-    _check_fp8(sess, rng, [4097], k, n, dtype, w8, ws, block_size, None, bias_t)
+    _check_fp8(sess, rng, [1535, 1536, 2000, 4097], k, n, dtype, w8, ws, block_size, None, bias_t)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -183,7 +184,7 @@ def test_fp8_gemv_swap(rng, dtype, x_scale, kn):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize(
-    "tile", ["f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64", "n64", "f192", "f192c2"]
+    "tile", ["f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64", "n64", "f192", "f192c2", "c128"]
 )
 @pytest.mark.parametrize("kn", [(4096, 520), (1008, 264), (6160, 8)])
 def test_fp8_sm90_tile_variants(rng, dtype, tile, kn):

@@ -16,10 +16,11 @@
 //   6 "p128c2": 5 with a 2x1 cluster (Xq tiles multicast to neighbouring channel tiles)
 //   7 "p64":    64x64x128 ping-pong, promoting (the default for M <= 64 since session 5)
 //   8 "n64":    128x64x128 cooperative, promoting, stream-K (the default for 64 < M <= 128; was for M <= 64)
-//   9 "f192":   128x192x128 cooperative, promoting: 1.5x the MMA work per smem byte of the 128x128
+//   9 "f192":   128x192x128 cooperative, promoting (the default from M = 1536): 1.5x the MMA work per smem byte of the 128x128
 //               default; each consumer thread holds 96 fp32 accumulators plus their 96-register
 //               promotion copy (the 128x256 tile's 2 x 128 spilled)
 //  10 "f192c2": 9 with a 2x1 cluster
+//  11 "c128":   128x128x128 cooperative, promoting, 1x1 (the default for M >= 1536 before 9 took over)
 //
 // Why FastAccum is not the default: the Hopper FP8 wgmma accumulator keeps about 13 fraction bits
 // (truncating) inside one chain of MMAs. Per MMA (k = 32) the added error is at most about
@@ -67,6 +68,8 @@ auto WithVariant(int variant, bool* found, F&& f) {
       return f(Fp8Gemm<H, Shape<_128, _192, _128>, Shape<_1, _1, _1>, Promoting>{});
     case 10:
       return f(Fp8Gemm<H, Shape<_128, _192, _128>, Shape<_2, _1, _1>, Promoting>{});
+    case 11:
+      return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Promoting>{});
     default:
       *found = false;
       return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Fast>{});

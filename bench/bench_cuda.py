@@ -35,8 +35,8 @@ Methods (fp16 activations):
   pyquant_int4_<knob>  the Hopper GEMM's scheduler under PYQUANT_INT4_SM90_* (dp, sk, heur, split2/3/4/8,
                     nondet, sknondet, split2nondet, split4nondet, rm2, rn2; see
                     ort_ops/cuda/env_knobs.h) (not in the default list)
-  pyquant_int4_shuf / _sshuf  the Hopper GEMM on a shuffled weight copy (uint4 + zero points / signed
-                    int4, scale only): ort_ops/cuda/sm90/int4_gemm_sm90_shuffled.cu (not in the default list)
+  pyquant_int4_shuf  the Hopper GEMM on the shuffled weight copy (as PYQUANT_INT4_SHUFFLED_COPY=1:
+                    ort_ops/cuda/sm90/int4_gemm_sm90_shuffled.cu) (not in the default list)
   pyquant_int4_again  the default again: an A/A control of the noise between methods (not in the default list)
   pyquant_int4_mid<v>  the 9 <= M <= 64 mma.sync kernel variant v (PYQUANT_INT4_MID_VARIANT, 0..9),
                     Hopper GEMM from M = 65 (not in the default list)
@@ -88,7 +88,7 @@ METHOD_ENV = {
     "pyquant_int4_sm90all": {"PYQUANT_INT4_SM90_MIN_M": "1"},
     **{
         f"pyquant_int4_{t}": {"PYQUANT_INT4_SM90_TILE": t}
-        for t in ("c1", "c2m", "k128", "p128", "p256", "p64", "shuf", "sshuf")
+        for t in ("c1", "c2m", "k128", "p128", "p256", "p64", "shuf")
     },
     # the default again under another name: an A/A control of the timing noise between methods
     "pyquant_int4_again": {},

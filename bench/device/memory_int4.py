@@ -5,7 +5,8 @@
 Builds a model of L MatMulInt4 layers (block 128, symmetric, fp16), then reads the device's free
 memory (cudaMemGetInfo through torch) before the session, after creating it, after a decode run
 (M = 1: the in-place kernels only) and after a prefill run (M = 512: the Hopper GEMM prepares its
-transposed scales / zero terms once per node, 2 x the scales' bytes). Prints one JSON line.
+transposed scales / zero terms once per node, 2 x the scales' bytes, and with --shuffled-copy its
+copy of the codes). Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -31,7 +32,12 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--shape", default="4096x14336")
     ap.add_argument("--out", default=None)
+    ap.add_argument(
+        "--shuffled-copy", action="store_true", help="PYQUANT_INT4_SHUFFLED_COPY=1: the Hopper GEMM's weight copy"
+    )
     a = ap.parse_args()
+    if a.shuffled_copy:
+        os.environ["PYQUANT_INT4_SHUFFLED_COPY"] = "1"
     k, n = (int(v) for v in a.shape.split("x"))
     rng = np.random.default_rng(0)
     model = build_model("pyquant_int4", rng, k, n, a.layers)
@@ -50,7 +56,13 @@ def main() -> None:
     providers = [("CUDAExecutionProvider", opts)]
     sess = ort.InferenceSession(model, sess_options=session_options(), providers=providers)
     after_create = used()
-    res = {"shape": a.shape, "layers": a.layers, "packed_bytes": packed, "session_bytes": after_create - base}
+    res = {
+        "shape": a.shape,
+        "layers": a.layers,
+        "shuffled_copy": a.shuffled_copy,
+        "packed_bytes": packed,
+        "session_bytes": after_create - base,
+    }
     for m in (1, 512):
         x = (rng.standard_normal((m, k)) * 0.5).astype(np.float16)
         sess.run(None, {"X": x})
@@ -61,7 +73,11 @@ def main() -> None:
     line = json.dumps(res)
     print(line)
     if a.out:
-        with open(os.path.join(a.out, "2026-11-22-h100-memory-int4.json"), "w") as f:
+        import datetime
+
+        day = os.environ.get("DAY", datetime.date.today().isoformat())
+        name = f"{day}-memory-int4{'-shuffled' if a.shuffled_copy else ''}.json"
+        with open(os.path.join(a.out, name), "w") as f:
             f.write(line + "\n")
 
 

@@ -46,9 +46,13 @@ struct Int4Workspace {
 struct Int4Sm90Prepared {
   const void* scales_t = nullptr;
   const void* zeros_t = nullptr;
-  // The shuffled weight copy of benchmark variants shuf / sshuf (sm90/int4_gemm_sm90.h), prepared
-  // only for them and only from a constant B; else nullptr.
+  // The shuffled weight copy (sm90/int4_gemm_sm90.h), prepared when shuffled_copy is set and B is
+  // constant; else nullptr. shuffled_copy: PYQUANT_INT4_SHUFFLED_COPY=1 or tile variant 7 "shuf".
+  // Memory: the copy is N * K / 2 more device bytes per node (about the packed weights again);
+  // prefill (the Hopper GEMM, M >= min_m) runs 7-25 % faster on an H100; decode (the small-M
+  // kernels) keeps reading B in place.
   const void* b_shuffled = nullptr;
+  bool shuffled_copy = false;
   int64_t min_m = kInt4Sm90MinM;
   int64_t min_m_large = 17;
   int tile_variant = 0;  // PYQUANT_INT4_SM90_TILE: sm90::Int4GemmArgs::variant
@@ -73,13 +77,13 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
 template <typename T>
 bool MatMulInt4Sm90Candidate(const MatMulInt4Problem& p);
 // Bytes PrepareMatMulInt4Sm90 writes at `dst` (16-byte aligned pieces). with_b_copy: also the
-// weight copy that out->tile_variant asks for (benchmark variants shuf / sshuf), when any.
+// shuffled weight copy when knobs.shuffled_copy asks for it.
 template <typename T>
 size_t MatMulInt4Sm90PreparedBytes(const MatMulInt4Problem& p, const Int4Sm90Prepared& knobs, bool with_b_copy);
 // Writes scales_t / zeros_t for p's scales and zero points at dst and checks them: *usable is
 // false when a scale is not finite or -zp * scale overflows T (then the portable kernels keep
-// exact IEEE semantics). With with_b_copy, also the weight copy of out->tile_variant
-// (out->b_shuffled; nullptr when the variant needs none or the shape has none). Synchronizes
+// exact IEEE semantics). With with_b_copy, also the shuffled weight copy if out->shuffled_copy
+// (out->b_shuffled; nullptr when not asked for or the shape has none). Synchronizes
 // `stream` once to read the check; must not be called during CUDA graph capture.
 // out->scales_t / zeros_t / b_shuffled point into dst.
 template <typename T>
@@ -94,9 +98,9 @@ bool CudaForceReferenceKernels();
 int64_t CudaInt4TiledMinM();
 // PYQUANT_INT4_SM90_MIN_M if set, else kInt4Sm90MinM (a huge value disables the sm90 GEMM).
 int64_t CudaInt4Sm90MinM();
-// PYQUANT_INT4_SM90_TILE: auto | c1 | c2m | k128 | p128 | p256 | p64 | shuf | sshuf (or the index),
-// the Hopper GEMM benchmark variant (int4_gemm_sm90_variants.cu; shuf / sshuf: a shuffled weight
-// copy, int4_gemm_sm90_shuffled.cu).
+// PYQUANT_INT4_SM90_TILE: auto | c1 | c2m | k128 | p128 | p256 | p64 | shuf (or the index), the
+// Hopper GEMM benchmark variant (int4_gemm_sm90_variants.cu; shuf: the shuffled weight copy,
+// int4_gemm_sm90_shuffled.cu).
 int CudaInt4Sm90Tile();
 // The Hopper GEMM's environment knobs (tile variant, scheduler) on top of `base`'s other fields.
 Int4Sm90Prepared CudaInt4Sm90Knobs(Int4Sm90Prepared base);

@@ -499,7 +499,6 @@ sm90::Int4GemmArgs Sm90Args(const MatMulInt4Problem& p, const Int4Sm90Prepared* 
   a.row_bytes = static_cast<int>(Int4RowBytes(p.attrs.k, p.attrs.block_size));
   cudaGetDevice(&a.device);
   a.variant = sm90 ? sm90->tile_variant : 0;
-  a.symmetric = p.zero_points == nullptr;
   if (sm90) {
     a.b_shuffled = static_cast<const uint8_t*>(sm90->b_shuffled);
     a.sched = sm90->sched;
@@ -688,10 +687,10 @@ bool MatMulInt4Sm90Candidate(const MatMulInt4Problem& p) {
 namespace {
 size_t AlignUp256(size_t v) { return (v + 255) & ~size_t{255}; }
 
-// Bytes of the weight copy that the variant in `knobs` reads (0: none).
+// Bytes of the shuffled weight copy that `knobs` ask for (0: none, or the shape has none).
 size_t Sm90WeightCopyBytes(const MatMulInt4Problem& p, const Int4Sm90Prepared& knobs) {
 #if PYQUANT_WITH_SM90
-  if (sm90::Int4GemmVariantWeightCopy(knobs.tile_variant) == 0) return 0;
+  if (!knobs.shuffled_copy) return 0;
   return AlignUp256(sm90::Int4ShuffledBytes(static_cast<int>(p.attrs.n), static_cast<int>(p.attrs.k)));
 #else
   (void)p;
@@ -729,9 +728,8 @@ cudaError_t PrepareMatMulInt4Sm90(const MatMulInt4Problem& p, bool with_b_copy, 
 #if PYQUANT_WITH_SM90
   if (with_b_copy && Sm90WeightCopyBytes(p, *out) != 0) {
     void* copy = static_cast<char*>(dst) + 2 * one + 256;
-    const bool signed_codes = sm90::Int4GemmVariantWeightCopy(out->tile_variant) == 2;
     e = sm90::PrepareInt4ShuffledWeights(p.b, static_cast<int>(Int4RowBytes(p.attrs.k, p.attrs.block_size)), n,
-                                         static_cast<int>(p.attrs.k), signed_codes, copy, stream);
+                                         static_cast<int>(p.attrs.k), copy, stream);
     if (e != cudaSuccess) return e;
     out->b_shuffled = copy;
   }

@@ -68,7 +68,7 @@ class MatMulInt4Cuda final : public Kernel {
   const Int4Sm90Prepared* PreparedSm90(const MatMulInt4Problem& p, cudaStream_t stream) {
     if (!scales_constant_ || (p.zero_points != nullptr && !zp_constant_)) return nullptr;
     if (p.m < std::min(sm90_.min_m, sm90_.min_m_large) || !MatMulInt4Sm90Candidate<T>(p)) return nullptr;
-    // The benchmark variants' weight copy (shuf / sshuf) only from a constant B.
+    // The shuffled weight copy only from a constant B (made once, like scales_t / zeros_t).
     const bool b_copy = b_constant_;
     if (prepared_for_scales_ != p.scales || prepared_for_zp_ != p.zero_points || (b_copy && prepared_for_b_ != p.b)) {
       cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
@@ -126,11 +126,14 @@ int CudaInt4MidVariant() {
 }
 
 int CudaInt4Sm90Tile() {
-  return EnvChoice("PYQUANT_INT4_SM90_TILE", {"auto", "c1", "c2m", "k128", "p128", "p256", "p64", "shuf", "sshuf"}, 0);
+  return EnvChoice("PYQUANT_INT4_SM90_TILE", {"auto", "c1", "c2m", "k128", "p128", "p256", "p64", "shuf"}, 0);
 }
 
 Int4Sm90Prepared CudaInt4Sm90Knobs(Int4Sm90Prepared base) {
   base.tile_variant = CudaInt4Sm90Tile();
+  // The shuffled weight copy: opt-in (it doubles the node's weight memory), or variant 7.
+  base.shuffled_copy = EnvInt("PYQUANT_INT4_SHUFFLED_COPY", 0) != 0 || base.tile_variant == 7;
+  if (base.tile_variant == 7) base.tile_variant = 0;
   base.sched = ReadSm90SchedulerTuning("PYQUANT_INT4_SM90", &base.decomposition_auto);
   return base;
 }

@@ -89,7 +89,7 @@ def main() -> int:
                     for key in knobs:
                         os.environ.pop(key, None)
             # the shuffled-weight-copy variants (the copy kernel and the GEMM reading it)
-            for knobs in ({"PYQUANT_INT4_SM90_TILE": "shuf"}, {"PYQUANT_INT4_SM90_TILE": "sshuf"}):
+            for knobs in ({"PYQUANT_INT4_SHUFFLED_COPY": "1"},):
                 os.environ.update(knobs)
                 try:
                     n_checked += check_int4(dtype, 512, 256, 128, True, (64, 100, 520))

@@ -191,21 +191,20 @@ def test_int4_sm90_deterministic_knobs(rng, knob):
             np.testing.assert_array_equal(run_cuda(sess, x, n, dtype), y0)
 
 
-@pytest.mark.parametrize("tile", ["shuf", "sshuf"])
+@pytest.mark.parametrize(
+    "env", [{"PYQUANT_INT4_SHUFFLED_COPY": "1"}, {"PYQUANT_INT4_SM90_TILE": "shuf"}], ids=["copy", "shuf"]
+)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("bs", [64, 128])
 @pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize("kn", [(4096, 512), (1024, 6656), (2000, 264)])
-def test_int4_sm90_shuffled_variants(rng, tile, bs, symmetric, kn):
-    """The shuffled-weight-copy variants (int4_gemm_sm90_shuffled.cu): the copy's nibble order
-    (Int4ShuffleAtom) must reproduce every weight, at the default tiles of every M range (Narrow
-    17 / 64, Wide 100, Mid ping-pong 300 on N = 6656, Huge 513 / 1024); "sshuf" (signed codes,
-    scale only) takes symmetric weights alone, and shapes the copy does not tile (N % 128,
-    K % 64) keep the default kernel: both must still be right."""
+def test_int4_sm90_shuffled_copy(rng, env, dtype, bs, symmetric, kn):
+    """The shuffled weight copy (PYQUANT_INT4_SHUFFLED_COPY=1 / variant "shuf",
+    int4_gemm_sm90_shuffled.cu): its nibble order (Int4ShuffleAtom) must reproduce every weight,
+    at the default tiles of every M range (Narrow 17 / 64, Wide 100, Mid ping-pong 300 on
+    N = 6656, Huge 513 / 1024); shapes the copy does not tile (N % 128, K % 64) keep reading B in
+    place, and M = 1 / 5 the small-M kernels on B: all must be right."""
     k, n = kn
-    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, "float16", symmetric, True)
-    os.environ["PYQUANT_INT4_SM90_TILE"] = tile
-    try:
-        sess = _sm90_session(model)
-    finally:
-        os.environ.pop("PYQUANT_INT4_SM90_TILE", None)
-    _check_int4(sess, rng, [17, 64, 100, 300, 513, 1024], k, n, bs, "float16", b, scales_t, zp, bias_t)
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
+    sess = _knob_session(model, env)
+    _check_int4(sess, rng, [1, 5, 17, 64, 100, 300, 513, 1024], k, n, bs, dtype, b, scales_t, zp, bias_t)

@@ -40,13 +40,10 @@ struct Int4GemmArgs {
   // M on the Hopper path; 0 = the default tiles. A variant that cannot take the problem leaves
   // the default.
   int variant = 0;
-  // The shuffled weight copy (PrepareInt4ShuffledWeights) that variants 7 / 8 read instead of b,
-  // or nullptr; symmetric: no zero points (the codes' zero point is 8), which variant 8 needs.
+  // The shuffled weight copy (PrepareInt4ShuffledWeights), or nullptr: when set (and the copy
+  // covers the problem), the GEMM reads it instead of b, with the default tiles (variants 1..6
+  // then do not apply).
   const uint8_t* b_shuffled = nullptr;
-  bool symmetric = false;
-  // Stream-K scheduler knobs (PYQUANT_INT4_SM90_DECOMP / _SPLITS / _REDUCE / _RASTER / _SWIZZLE);
-  // all-zero: CUTLASS's heuristic, deterministic reduction.
-  Sm90SchedulerTuning sched;
   Sm90LaunchControl launch;  // PDL after the previous kernel (no pre_launch)
 };
 
@@ -61,29 +58,27 @@ size_t Int4GemmWorkspaceBytes(const Int4GemmArgs& a, bool bf16);
 cudaError_t LaunchInt4Gemm(const Int4GemmArgs& a, bool bf16, void* workspace, size_t workspace_bytes,
                            cudaStream_t stream);
 
-// Benchmark variants 7 "shuf" and 8 "sshuf" (int4_gemm_sm90_shuffled.cu) read a re-laid copy of
-// B instead of B itself: each 16 x 16 block of codes in the order in which one warp's threads
-// hold it as the wgmma A operand (int4_gemm_sm90_kernel.cuh), so that the consumer warpgroups load
-// it with one 32-bit shared-memory load per thread per k16 step and decode it without permutes;
-// "sshuf" also stores q - 8 as a signed int4 and drops the zero-point term (symmetric weights).
-// An experiment: the copy is a second device copy of the weights, made by the node at its first
-// Hopper-path call (N % 128 == 0 and K % 64 == 0 only).
-//   Int4GemmVariantWeightCopy(v): 0 none, 1 shuffled codes, 2 shuffled signed codes (XOR 8)
+// The shuffled weight copy (int4_gemm_sm90_shuffled.cu): B re-laid so that each 16 x 16 block of
+// codes sits in the order in which one warp's threads hold it as the wgmma A operand
+// (Int4ShuffleAtom, int4_gemm_sm90_kernel.cuh). The consumer warpgroups then load a k16 step with
+// one 32-bit shared-memory load per thread and decode it without permutes: 7-25 % faster than
+// reading B in place at M = 64 ... 4096 on an H100 (bench/results/2026-11-23-h100-s8-int4-shuf-
+// fair-bench-cuda.md). It is a second device copy of the codes (N * K / 2 bytes), so the op makes
+// it only when asked (PYQUANT_INT4_SHUFFLED_COPY=1, or benchmark variant 7 "shuf"), from a
+// constant B, for N % 128 == 0 and K % 64 == 0.
 //   Int4ShuffledBytes(n, k): bytes of the copy (0: the shape does not tile)
 //   PrepareInt4ShuffledWeights: writes it at dst (Int4ShuffledBytes bytes) on `stream`
-int Int4GemmVariantWeightCopy(int variant);
+//   Int4GemmShuffled*: as Int4GemmSupported / WorkspaceBytes / LaunchInt4Gemm, on a.b_shuffled
 size_t Int4ShuffledBytes(int n, int k);
-cudaError_t PrepareInt4ShuffledWeights(const uint8_t* b, int row_bytes, int n, int k, bool signed_codes, void* dst,
-                                       cudaStream_t stream);
+cudaError_t PrepareInt4ShuffledWeights(const uint8_t* b, int row_bytes, int n, int k, void* dst, cudaStream_t stream);
+bool Int4GemmShuffledSupported(const Int4GemmArgs& a, bool bf16);
+size_t Int4GemmShuffledWorkspaceBytes(const Int4GemmArgs& a, bool bf16);
+cudaError_t LaunchInt4GemmShuffled(const Int4GemmArgs& a, bool bf16, void* ws, size_t ws_bytes, cudaStream_t stream);
 
 // The variants' entry points (int4_gemm_sm90_variants.cu); callers use the three above.
 bool Int4GemmVariantSupported(const Int4GemmArgs& a);
 size_t Int4GemmVariantWorkspaceBytes(const Int4GemmArgs& a);
 cudaError_t LaunchInt4GemmVariant(const Int4GemmArgs& a, void* ws, size_t ws_bytes, cudaStream_t stream);
-// ... and those of variants 7 / 8 (int4_gemm_sm90_shuffled.cu).
-bool Int4GemmShuffledSupported(const Int4GemmArgs& a);
-size_t Int4GemmShuffledWorkspaceBytes(const Int4GemmArgs& a);
-cudaError_t LaunchInt4GemmShuffled(const Int4GemmArgs& a, void* ws, size_t ws_bytes, cudaStream_t stream);
 
 }  // namespace sm90
 }  // namespace pyquant

@@ -28,7 +28,7 @@ namespace detail {
 
 using namespace cute;
 
-// The shuffled weight copy (Int4WeightFormat kShuffled / kShuffledSigned): each 16 x 16 (N x K)
+// The shuffled weight copy (Int4WeightFormat::kShuffled): each 16 x 16 (N x K)
 // block of codes is stored as the 128 bytes that the 32 threads of one warp hold as the A operand
 // of a register-sourced m64nNk16 wgmma (one warp's 16 rows), each thread's 8 codes in one 32-bit
 // word, so that the consumer warpgroups load a k16 slice with one 32-bit shared-memory load per
@@ -50,11 +50,12 @@ CUTE_HOST_DEVICE Int4ShuffledLayout MakeInt4ShuffledLayout(int n, int k) {
 }
 
 // The narrow operand of the GEMM.
-//   kPacked:         MatMulInt4's B in place: uint4 codes q, w = q * s + zeros_t (zeros_t = -zp * s)
-//   kShuffled:       the shuffled copy of B (above), same codes and decode
-//   kShuffledSigned: the shuffled copy with every code XOR 8, i.e. q - 8 as a signed int4, scale
-//                    only (w = (q - 8) * s): symmetric weights (no zero points) alone
-enum class Int4WeightFormat { kPacked, kShuffled, kShuffledSigned };
+//   kPacked:   MatMulInt4's B in place: uint4 codes q, w = q * s + zeros_t (zeros_t = -zp * s)
+//   kShuffled: the shuffled copy of B (above), same codes and decode
+// (A third format, signed codes q - 8 with the scale alone for symmetric weights, measured no
+// faster than kShuffled on the H100: bench/results/2026-11-23-h100-s8-int4-shuf-bench-cuda.md,
+// "sshuf"; removed.)
+enum class Int4WeightFormat { kPacked, kShuffled };
 
 // Schedule: cooperative (default) or ping-pong; what follows from it: cutlass_gemm_common.h. In the
 // ping-pong kernel one warpgroup decodes int4 while the other's wgmmas run.
@@ -62,10 +63,8 @@ template <typename Element, typename TileShape, typename ClusterShape_ = cute::S
           typename Schedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative,
           Int4WeightFormat kFormat = Int4WeightFormat::kPacked>
 struct Int4Gemm : GemmRunner<Int4Gemm<Element, TileShape, ClusterShape_, Schedule, kFormat>, Int4GemmArgs> {
-  static constexpr bool kShuffledB = kFormat != Int4WeightFormat::kPacked;
-  static constexpr bool kScaleOnly = kFormat == Int4WeightFormat::kShuffledSigned;
-  // codes 0..15 (the zero point comes in through zeros_t), or q - 8 in -8..7 (scale only)
-  using ElementQ = std::conditional_t<kScaleOnly, cutlass::int4b_t, cutlass::uint4b_t>;
+  static constexpr bool kShuffledB = kFormat == Int4WeightFormat::kShuffled;
+  using ElementQ = cutlass::uint4b_t;  // codes 0..15; the zero point comes in through zeros_t
   using ElementAcc = float;
   // W [N, K], K-major, or the shuffled copy's cute layout
   using LayoutA = std::conditional_t<kShuffledB, Int4ShuffledLayout, cutlass::layout::RowMajor>;
@@ -87,9 +86,7 @@ struct Int4Gemm : GemmRunner<Int4Gemm<Element, TileShape, ClusterShape_, Schedul
       kAlignD, EpilogueSchedule, Fusion>::CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-      std::conditional_t<kScaleOnly, cute::tuple<ElementQ, Element>, cute::tuple<ElementQ, Element, Element>>, LayoutA,
-      kAlignA,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cute::tuple<ElementQ, Element, Element>, LayoutA, kAlignA,
       Element, LayoutB, kAlignB, ElementAcc, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       Schedule>::CollectiveOp;
@@ -119,21 +116,13 @@ struct Int4Gemm : GemmRunner<Int4Gemm<Element, TileShape, ClusterShape_, Schedul
     hw.device_id = a.device;
     hw.sm_count = CudaSmCount(a.device);
 
-    typename Mainloop::Arguments mainloop = [&]() -> typename Mainloop::Arguments {
-      const auto* q = reinterpret_cast<const ElementQ*>(b);
-      const auto* x = static_cast<const Element*>(a.x);
-      const auto* st = static_cast<const Element*>(a.scales_t);
-      if constexpr (kScaleOnly) {
-        return {q, stride_a, x, stride_b, st, stride_s, a.block_size};
-      } else {
-        return {q, stride_a, x, stride_b, st, stride_s, a.block_size, static_cast<const Element*>(a.zeros_t)};
-      }
-    }();
-    typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
-                                  {a.n, a.m, a.k, 1},
-                                  mainloop,
-                                  {{}, nullptr, stride_d, static_cast<Element*>(a.y), stride_d},
-                                  hw};
+    typename Gemm::Arguments args{
+        cutlass::gemm::GemmUniversalMode::kGemm,
+        {a.n, a.m, a.k, 1},
+        {reinterpret_cast<const ElementQ*>(b), stride_a, static_cast<const Element*>(a.x), stride_b,
+         static_cast<const Element*>(a.scales_t), stride_s, a.block_size, static_cast<const Element*>(a.zeros_t)},
+        {{}, nullptr, stride_d, static_cast<Element*>(a.y), stride_d},
+        hw};
     args.epilogue.thread.alpha = 1.0f;
     args.epilogue.thread.beta = 0.0f;
     args.epilogue.thread.bias_ptr = static_cast<const Element*>(a.bias);

@@ -18,7 +18,8 @@
 //            once, leaving the tensor cores idle meanwhile (the limit at M = 64..512)
 //   5 "p256": 64x256x64 ping-pong (each decoded weight feeds 256 tokens)
 //   6 "p64":  64x64x64 ping-pong (M <= 64: twice the channel tiles of the Narrow default)
-//   7 "shuf", 8 "sshuf": the default tiles on a shuffled weight copy (int4_gemm_sm90_shuffled.cu)
+//   7 "shuf": the default tiles on the shuffled weight copy (the op makes the copy for it, as for
+//             PYQUANT_INT4_SHUFFLED_COPY=1; int4_gemm_sm90_shuffled.cu), fp16 and bf16
 #include "cuda/sm90/int4_gemm_sm90_kernel.cuh"
 
 namespace pyquant {
@@ -57,20 +58,17 @@ auto WithVariant(int variant, bool* found, F&& f) {
 }  // namespace
 
 bool Int4GemmVariantSupported(const Int4GemmArgs& a) {
-  if (Int4GemmVariantWeightCopy(a.variant) != 0) return Int4GemmShuffledSupported(a);
   bool found = false;
   const bool ok = WithVariant(a.variant, &found, [&](auto g) { return decltype(g)::CanImplement(a); });
   return found && ok;
 }
 
 size_t Int4GemmVariantWorkspaceBytes(const Int4GemmArgs& a) {
-  if (Int4GemmVariantWeightCopy(a.variant) != 0) return Int4GemmShuffledWorkspaceBytes(a);
   bool found = false;
   return WithVariant(a.variant, &found, [&](auto g) { return decltype(g)::WorkspaceBytes(a); });
 }
 
 cudaError_t LaunchInt4GemmVariant(const Int4GemmArgs& a, void* ws, size_t ws_bytes, cudaStream_t stream) {
-  if (Int4GemmVariantWeightCopy(a.variant) != 0) return LaunchInt4GemmShuffled(a, ws, ws_bytes, stream);
   bool found = false;
   const bool ok = WithVariant(a.variant, &found, [&](auto g) { return decltype(g)::CanImplement(a); });
   if (!found || !ok) return cudaErrorNotSupported;

@@ -44,6 +44,9 @@ struct Int4GemmArgs {
   // covers the problem), the GEMM reads it instead of b, with the default tiles (variants 1..6
   // then do not apply).
   const uint8_t* b_shuffled = nullptr;
+  // Stream-K scheduler knobs (PYQUANT_INT4_SM90_DECOMP / _SPLITS / _REDUCE / _RASTER / _SWIZZLE);
+  // all-zero: CUTLASS's heuristic, deterministic reduction.
+  Sm90SchedulerTuning sched;
   Sm90LaunchControl launch;  // PDL after the previous kernel (no pre_launch)
 };
 

@@ -29,8 +29,8 @@ Methods (fp16 activations):
   pyquant_fp8_portable  pyquant_fp8 with the Hopper GEMM off (PYQUANT_FP8_SM90_MIN_M huge): the
                     mma.sync kernels that serve GPUs other than sm_90 (not in the default list)
   pyquant_fp8_<variant>  pyquant_fp8 under the environment switches of METHOD_ENV (swap, f128, f256,
-                    c2, f256c2, p128, p128c2, p64, n64, f192, f192c2, c128, p128all, p64all, p8, p16, rm2, rn4, dp, sk,
-                    split2/4/8, nondet, sm90min<M>; see
+                    c2, f256c2, p128, p128c2, p64, n64, f192, f192c2, c128, p128all, p64all, p8, p16,
+                    rm2, rn4, dp, sk, split2/4/8, nondet, sm90min<M>; see
                     ort_ops/cuda/linear_fp8.h) (not in the default list)
   pyquant_int4_<knob>  the Hopper GEMM's scheduler under PYQUANT_INT4_SM90_* (dp, sk, heur, split2/3/4/8,
                     nondet, sknondet, split2nondet, split4nondet, rm2, rn2; see
@@ -488,7 +488,9 @@ def main():
         help="time each method alone, one after the other (the layout before 2026-11-23); default: "
         "all methods of a shape prepared first, then timed in interleaved rounds per M",
     )
-    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (timed batches) per method and M")
+    ap.add_argument(
+        "--rounds", type=int, default=7, help="interleaved rounds (timed batches) per method and M"
+    )
     args = ap.parse_args()
 
     import onnxruntime as ort
@@ -533,23 +535,28 @@ def main():
         layers = args.layers
         if layers * n * k * 2 > 1.5e9:
             layers = max(8, int(1.5e9 // (n * k * 2)))
-        def measure(method, prepare_only):
+
+        def measure(method, prepare_only, k=k, n=n, layers=layers):
             """(results per M, mode) of one method; with prepare_only the results are runners."""
             try:
                 if method.startswith("torch"):
                     return bench_torch(method, rng, k, n, layers, m_list, prepare_only), "torch CUDA graph"
                 model = build_model(method, rng, k, n, layers)
                 try:
-                    return bench_ort(method, model, k, n, layers, m_list, True, prepare_only), "ORT CUDA graph"
+                    return bench_ort(
+                        method, model, k, n, layers, m_list, True, prepare_only
+                    ), "ORT CUDA graph"
                 except Exception as e:  # noqa: BLE001
-                    log(f"  {method}: CUDA graph failed ({type(e).__name__}: {str(e)[:200]}); plain IOBinding")
+                    log(
+                        f"  {method}: CUDA graph failed ({type(e).__name__}: {str(e)[:200]}); plain IOBinding"
+                    )
                     res = bench_ort(method, model, k, n, layers, m_list, False, prepare_only)
                     return res, "ORT IOBinding, no graph"
             except Exception as e:  # noqa: BLE001
                 log(f"  {method} {k}x{n}: FAILED {type(e).__name__}: {str(e)[:300]}")
                 return {m: {"error": f"{type(e).__name__}: {e}"[:300]} for m in m_list}, "failed"
 
-        def add_rows(method, res, mode, t0):
+        def add_rows(method, res, mode, t0, k=k, n=n, layers=layers):
             for m in m_list:
                 r = res.get(m, {"error": "missing"})
                 row = {"K": k, "N": n, "M": m, "method": method, "layers": layers, "mode": mode}
@@ -574,7 +581,8 @@ def main():
             log(
                 f"{k}x{n} {method:16s} [{mode}] "
                 + " ".join(
-                    f"M{r['M']}:{r['us']:.1f}" if "us" in r else f"M{r['M']}:ERR" for r in rows[-len(m_list) :]
+                    f"M{r['M']}:{r['us']:.1f}" if "us" in r else f"M{r['M']}:ERR"
+                    for r in rows[-len(m_list) :]
                 )
                 + f"  ({time.time() - t0:.0f} s)"
             )
@@ -599,7 +607,11 @@ def main():
                 if meth in timed:
                     t, spans = timed[meth]
                     r["check"]()
-                    results[meth][m] = {"s_per_layer": t / (r["reps"] * layers), "reps": r["reps"], "spans_s": spans}
+                    results[meth][m] = {
+                        "s_per_layer": t / (r["reps"] * layers),
+                        "reps": r["reps"],
+                        "spans_s": spans,
+                    }
                     if "note" in r:
                         results[meth][m]["note"] = r["note"]
                 else:

@@ -33,7 +33,9 @@ def main() -> None:
     ap.add_argument("--shape", default="4096x14336")
     ap.add_argument("--out", default=None)
     ap.add_argument(
-        "--shuffled-copy", action="store_true", help="PYQUANT_INT4_SHUFFLED_COPY=1: the Hopper GEMM's weight copy"
+        "--shuffled-copy",
+        action="store_true",
+        help="PYQUANT_INT4_SHUFFLED_COPY=1: the Hopper GEMM's weight copy",
     )
     a = ap.parse_args()
     if a.shuffled_copy:

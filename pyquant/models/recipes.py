@@ -152,7 +152,11 @@ def _load_smollm2() -> tuple[nn.Module, Any]:
         # result as safetensors so that later loads take a fraction of a second.
         tok = AutoTokenizer.from_pretrained(str(src), gguf_file=SMOLLM2_GGUF)
         model = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+        # The weights are plain float32 now: drop the GGUF quantizer record, which newer transformers
+        # (5.x) otherwise refuse to serialize ("quantized with gguf and is not serializable").
         model.config.quantization_config = None
+        if getattr(model, "hf_quantizer", None) is not None:
+            model.hf_quantizer = None
         model.save_pretrained(cached)
         tok.save_pretrained(cached)
     tok = AutoTokenizer.from_pretrained(cached)

@@ -34,6 +34,19 @@ def _sm90_session(model, min_m: int | None = 17):
         os.environ.pop("PYQUANT_INT4_SM90_MIN_M", None)
 
 
+def _hopper_gemm_active() -> bool:
+    """The library has the sm_90a kernels and the GPU is compute capability 9.0."""
+    import pyquant
+
+    if not pyquant.build_info().get("sm90_kernels"):
+        return False
+    try:
+        import torch
+    except ImportError:
+        return True  # cannot tell: let the checks speak
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("bs", [64, 128, 256])
 @pytest.mark.parametrize("symmetric", [True, False])
@@ -71,6 +84,11 @@ def test_int4_sm90_from_m1(rng, dtype):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_int4_sm90_deterministic(rng, dtype):
     """Stream-K reduces partial tiles in a fixed order: the same input gives the same bits."""
+    if not _hopper_gemm_active():
+        pytest.skip(
+            "no Hopper GEMM here: the portable tiled kernel sums its split-K partials with fp32 "
+            "atomics (matmul_int4_impl.cu), not bit-reproducible run to run"
+        )
     k, n, bs = 4096, 512, 128
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, True, True)
     sess = _sm90_session(model)

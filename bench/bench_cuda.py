@@ -36,7 +36,13 @@ Methods (fp16 activations):
                     nondet, sknondet, split2nondet, split4nondet, rm2, rn2; see
                     ort_ops/cuda/env_knobs.h) (not in the default list)
   pyquant_int4_shuf  the Hopper GEMM on the shuffled weight copy (as PYQUANT_INT4_SHUFFLED_COPY=1:
-                    ort_ops/cuda/sm90/int4_gemm_sm90_shuffled.cu) (not in the default list)
+                    ort_ops/cuda/sm90/int4_gemm_sm90_shuffled.cu) (not in the default list; since
+                    the in-place shuffle is the default, the same as pyquant_int4 on shapes it tiles)
+  pyquant_int4_plain  B read row-major as stored (PYQUANT_INT4_SHUFFLE=0: no in-place rewrite, the
+                    Hopper default before 2026-11-24) (not in the default list)
+  pyquant_int4_sv<v>  a shuffled-order kernel variant (PYQUANT_INT4_SHUF_VARIANT; 0..4 mma.sync,
+                    10..14 CUDA-core GEMV: ort_ops/cuda/matmul_int4.h) (not in the default list)
+  pyquant_int4_from<M>  the Hopper GEMM from M on (PYQUANT_INT4_SM90_MIN_M) (not in the default list)
   pyquant_int4_again  the default again: an A/A control of the noise between methods (not in the default list)
   pyquant_int4_mid<v>  the 9 <= M <= 64 mma.sync kernel variant v (PYQUANT_INT4_MID_VARIANT, 0..9),
                     Hopper GEMM from M = 65 (not in the default list)
@@ -81,8 +87,15 @@ BLOCK = 128
 # Variants of pyquant_int4 selected through the library's environment switches (read when a
 # kernel is created): the tiled mma.sync kernel at every M, the portable kernels only (Hopper GEMM
 # off), the Hopper GEMM from M = 1, and the M <= 8 kernel variants of matmul_int4_impl.cu.
-_NO_SM90 = {"PYQUANT_INT4_SM90_MIN_M": str(1 << 40)}
+_NO_SM90 = {"PYQUANT_INT4_SM90_MIN_M": str(1 << 40), "PYQUANT_INT4_SHUFFLE": "0"}
+_PLAIN = {"PYQUANT_INT4_SHUFFLE": "0"}  # B read row-major as stored (the kernels of other GPUs)
 METHOD_ENV = {
+    # B row-major (no in-place shuffle): the Hopper default before session 9
+    "pyquant_int4_plain": _PLAIN,
+    # the shuffled-order kernels' variants (PYQUANT_INT4_SHUF_VARIANT: 0..4 mma.sync, 10..14 GEMV;
+    # matmul_int4.h) and the Hopper GEMM's start over them (sm90 from M)
+    **{f"pyquant_int4_sv{v}": {"PYQUANT_INT4_SHUF_VARIANT": str(v)} for v in (*range(5), *range(10, 15))},
+    **{f"pyquant_int4_from{m}": {"PYQUANT_INT4_SM90_MIN_M": str(m)} for m in (17, 33, 49, 65, 129, 257)},
     "pyquant_int4_tiled": {"PYQUANT_INT4_TILED_MIN_M": "0", **_NO_SM90},
     "pyquant_int4_portable": _NO_SM90,
     "pyquant_int4_sm90all": {"PYQUANT_INT4_SM90_MIN_M": "1"},
@@ -145,11 +158,15 @@ METHOD_ENV = {
     },
     "pyquant_fp8_nondet": {"PYQUANT_FP8_SM90_REDUCE": "nondet"},
     **{f"pyquant_fp8_sm90min{m}": {"PYQUANT_FP8_SM90_MIN_M": str(m)} for m in (17, 33, 49, 65, 129)},
-    **{f"pyquant_int4_v{i}": {"PYQUANT_INT4_GEMV_VARIANT": str(i)} for i in range(12)},
+    **{f"pyquant_int4_v{i}": {"PYQUANT_INT4_GEMV_VARIANT": str(i), **_PLAIN} for i in range(12)},
     # the 9 <= M <= 64 mma.sync kernel variants (matmul_int4_impl.cu, PYQUANT_INT4_MID_VARIANT)
     # with the Hopper GEMM from M = 65 only, so that they serve the whole range
     **{
-        f"pyquant_int4_mid{i}": {"PYQUANT_INT4_MID_VARIANT": str(i), "PYQUANT_INT4_SM90_MIN_M": "65"}
+        f"pyquant_int4_mid{i}": {
+            "PYQUANT_INT4_MID_VARIANT": str(i),
+            "PYQUANT_INT4_SM90_MIN_M": "65",
+            **_PLAIN,
+        }  # noqa: E501
         for i in range(10)
     },
     # Programmatic dependent launch (ort_ops/cuda/pdl.h) off, or on without early weight loads.

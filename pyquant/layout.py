@@ -96,6 +96,36 @@ def unpack_zero_points(zp_packed: np.ndarray, nb: int) -> np.ndarray:
     return out[:, :nb]
 
 
+# --- the GPU-resident shuffled order (ort_ops/layout/int4_shuffled.h) -----------------------
+INT4_SHUFFLE_TILE = 16
+INT4_SHUFFLE_TILE_BYTES = 128
+
+
+def int4_shuffled_nibble(n: np.ndarray, k: np.ndarray, n_rows: int) -> np.ndarray:
+    """Nibble index of code (n, k) of an [n_rows, K] weight in the shuffled order that the CUDA op
+    gives a constant B on Hopper GPUs (16 x 16 tiles, N-tile fastest; inside a tile the
+    mma.sync A-fragment order). Mirrors ``Int4ShuffledNibble`` of the C++ header."""
+    n = np.asarray(n, dtype=np.int64)
+    k = np.asarray(k, dtype=np.int64)
+    if n_rows % INT4_SHUFFLE_TILE:
+        raise ValueError(f"the shuffled order needs N % 16 == 0, got N = {n_rows}")
+    tile = (n >> 4) + (n_rows >> 4) * (k >> 4)
+    in_tile = 32 * (n & 7) + ((n >> 3) & 1) + 2 * ((k >> 3) & 1) + 4 * (k & 1) + 8 * ((k >> 1) & 3)
+    return 256 * tile + in_tile
+
+
+def shuffle_int4(q: np.ndarray) -> np.ndarray:
+    """Codes [N, K] (N % 16 == 0, K % 16 == 0) -> the shuffled bytes [N * K / 2] uint8."""
+    q = np.asarray(q, dtype=np.uint8)
+    n_rows, k = q.shape
+    if n_rows % INT4_SHUFFLE_TILE or k % INT4_SHUFFLE_TILE:
+        raise ValueError(f"the shuffled order needs N and K multiples of 16, got {q.shape}")
+    nn, kk = np.meshgrid(np.arange(n_rows), np.arange(k), indexing="ij")
+    nibbles = np.zeros(n_rows * k, dtype=np.uint8)
+    nibbles[int4_shuffled_nibble(nn, kk, n_rows).ravel()] = q.ravel()
+    return (nibbles[0::2] | (nibbles[1::2] << 4)).astype(np.uint8)
+
+
 def dequantize_int4(
     b: np.ndarray,
     scales: np.ndarray,

@@ -53,6 +53,12 @@ struct Int4Sm90Prepared {
   // kernels) keeps reading B in place.
   const void* b_shuffled = nullptr;
   bool shuffled_copy = false;
+  // B itself is in the shuffled order (the op rewrote the constant initializer in place at
+  // session creation, matmul_int4_op.cc): b_shuffled == B, and every M runs a kernel that reads
+  // that order (the Hopper GEMM, or LaunchMatMulInt4Shuffled below it). shuf_variant:
+  // PYQUANT_INT4_SHUF_VARIANT (benchmarks), -1 = the default choice.
+  bool b_in_place = false;
+  int shuf_variant = -1;
   int64_t min_m = kInt4Sm90MinM;
   int64_t min_m_large = 17;
   int tile_variant = 0;  // PYQUANT_INT4_SM90_TILE: sm90::Int4GemmArgs::variant
@@ -91,6 +97,32 @@ cudaError_t PrepareMatMulInt4Sm90(const MatMulInt4Problem& p, bool with_b_copy, 
                                   Int4Sm90Prepared* out, bool* usable);
 template <typename T>
 cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream);
+
+// Kernels on the shuffled weight order (layout/int4_shuffled.h; matmul_int4_shuffled_impl.cu),
+// for a node whose B the op rewrote in place:
+//   Int4ShuffledWeightBytes(n, k): N * K / 2 when the op shuffles this shape (N % 128 == 0,
+//     K % 64 == 0), else 0;
+//   ShuffleInt4Weights: writes the shuffled order of the row-major codes `src` ([N, row_bytes])
+//     at dst (Int4ShuffledWeightBytes bytes; dst must not overlap src) on `stream`;
+//   LaunchMatMulInt4Shuffled: p.b in the shuffled order, T = __half / __nv_bfloat16, block_size
+//     64 / 128 / 256: the CUDA-core GEMV for M <= kInt4ShuffledGemvDefaultMaxM (16-byte aligned X),
+//     else the mma.sync kernel (4-byte aligned X), else the reference. variant: -1 = default;
+//     0..4 the mma kernel's (NT, warps, U) configurations; kInt4ShuffledGemvVariantBase + v the
+//     GEMV's (pieces per CTA tile, tiles, threads, pieces per group) configuration v: 0: (4, 1,
+//     128, 4), 1: (8, 1, 128, 8), 2: (2, 1, 128, 4), 3: (4, 2, 128, 4), 4: (8, 2, 128, 4), up to
+//     M = kInt4ShuffledGemvMaxM.
+//   LaunchMatMulInt4ShuffledRef: one thread per output through Int4ShuffledCodeAt.
+constexpr int64_t kInt4ShuffledGemvMaxM = 4;
+constexpr int64_t kInt4ShuffledGemvDefaultMaxM = 2;
+constexpr int kInt4ShuffledGemvVariantBase = 10;
+size_t Int4ShuffledWeightBytes(int64_t n, int64_t k);
+cudaError_t ShuffleInt4Weights(const uint8_t* src, int64_t row_bytes, int64_t n, int64_t k, void* dst,
+                               cudaStream_t stream);
+template <typename T>
+cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t stream, PdlMode pdl = {},
+                                     int variant = -1);
+template <typename T>
+cudaError_t LaunchMatMulInt4ShuffledRef(const MatMulInt4Problem& p, cudaStream_t stream);
 
 // True when PYQUANT_CUDA_KERNELS=ref is set in the environment (read once per kernel creation).
 bool CudaForceReferenceKernels();

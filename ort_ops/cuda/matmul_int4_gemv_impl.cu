@@ -53,14 +53,6 @@ __device__ __forceinline__ GemvPiece LoadGemvPiece(const uint8_t* __restrict__ b
   return p;
 }
 
-__device__ __forceinline__ uint32_t Lop3AndOr(uint32_t a, uint32_t mask, uint32_t magic) {
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(mask), "r"(magic));
-  return r;
-}
-
-__device__ __forceinline__ float2 Float2Of(__half2 v) { return __half22float2(v); }
-__device__ __forceinline__ float2 Float2Of(__nv_bfloat162 v) { return __bfloat1622float2(v); }
 
 // Per-T arithmetic of the GEMV.
 //   Decoder(piece).Word<kScaled>(v, w): one 32-bit word of codes (8 weights) -> 4 T pairs w[j]:
@@ -78,19 +70,6 @@ __device__ __forceinline__ float2 Float2Of(__nv_bfloat162 v) { return __bfloat16
 // is at the magnitude of the true partial sums, with IEEE inf / NaN semantics per weight.
 template <typename T>
 struct GemvMath;
-
-template <typename T2>
-__device__ __forceinline__ float ChainSum(const T2 (&w)[4], const T2 (&xp)[4]) {
-  const T2 c = __hfma2(w[3], xp[3], __hfma2(w[2], xp[2], __hfma2(w[1], xp[1], __hmul2(w[0], xp[0]))));
-  const float2 f = Float2Of(c);
-  return f.x + f.y;
-}
-template <typename T2>
-__device__ __forceinline__ float ShortChainSum(const T2 (&w)[4], const T2 (&xp)[4]) {
-  const float2 a = Float2Of(__hfma2(w[0], xp[0], __hmul2(w[1], xp[1])));
-  const float2 b = Float2Of(__hfma2(w[2], xp[2], __hmul2(w[3], xp[3])));
-  return (a.x + a.y) + (b.x + b.y);
-}
 
 // fp16: codes are paired as (k_j, k_{j+4}) so that the weights need no byte permute:
 //   word v = codes k0..k7 (nibble i = k_i). lop3(v, 0x000F000F) -> (k0, k4) as 1024 + q;

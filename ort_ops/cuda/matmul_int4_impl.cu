@@ -588,17 +588,21 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
                              const Int4Sm90Prepared* sm90, int gemv_variant, PdlMode pdl, int mid_variant) {
   if (p.m == 0) return cudaSuccess;
   Int4Path path = ChooseInt4Path<T>(p, tiled_min_m, sm90);
+  // B in the shuffled order: only kernels that read it (never the portable ones below).
+  const bool shuffled = sm90 != nullptr && sm90->b_in_place;
 #if PYQUANT_WITH_SM90
   if (path == Int4Path::kSm90) {
     sm90::Int4GemmArgs args = Sm90Args<T>(p, sm90);
     args.launch.pdl = pdl.launch;  // CUTLASS waits before its first load (sm90/launch_control.h)
     const bool bf16 = std::is_same<T, __nv_bfloat16>::value;
-    if (sm90::Int4GemmWorkspaceBytes(args, bf16) <= ws.bytes) {
+    const bool gemm_reads_order = !shuffled || sm90::Int4GemmShuffledSupported(args, bf16);
+    if (gemm_reads_order && sm90::Int4GemmWorkspaceBytes(args, bf16) <= ws.bytes) {
       return sm90::LaunchInt4Gemm(args, bf16, ws.data, ws.bytes, stream);
     }
     path = ChooseInt4Path<T>(p, tiled_min_m, nullptr);  // not enough scratch: portable kernels
   }
 #endif
+  if (shuffled) return LaunchMatMulInt4Shuffled<T>(p, stream, pdl, sm90->shuf_variant);
   if (path == Int4Path::kRef) return LaunchMatMulInt4Ref<T>(p, stream);
   if constexpr (!std::is_same<T, float>::value) {
     const auto& a = p.attrs;
@@ -728,8 +732,7 @@ cudaError_t PrepareMatMulInt4Sm90(const MatMulInt4Problem& p, bool with_b_copy, 
 #if PYQUANT_WITH_SM90
   if (with_b_copy && Sm90WeightCopyBytes(p, *out) != 0) {
     void* copy = static_cast<char*>(dst) + 2 * one + 256;
-    e = sm90::PrepareInt4ShuffledWeights(p.b, static_cast<int>(Int4RowBytes(p.attrs.k, p.attrs.block_size)), n,
-                                         static_cast<int>(p.attrs.k), copy, stream);
+    e = ShuffleInt4Weights(p.b, Int4RowBytes(p.attrs.k, p.attrs.block_size), n, p.attrs.k, copy, stream);
     if (e != cudaSuccess) return e;
     out->b_shuffled = copy;
   }

@@ -151,6 +151,33 @@ __device__ __forceinline__ void DequantWord(uint32_t v, uint32_t zb2, uint32_t s
   }
 }
 
+// (a & mask) | magic in one lop3: the magic-number decode of the nibbles that mask keeps.
+__device__ __forceinline__ uint32_t Lop3AndOr(uint32_t a, uint32_t mask, uint32_t magic) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(mask), "r"(magic));
+  return r;
+}
+
+__device__ __forceinline__ float2 Float2Of(__half2 v) { return __half22float2(v); }
+__device__ __forceinline__ float2 Float2Of(__nv_bfloat162 v) { return __bfloat1622float2(v); }
+
+// The CUDA-core GEMVs' dot products of 4 weight pairs w with 4 activation pairs xp (T2 = __half2 /
+// __nv_bfloat162), error analysis above GemvMath (matmul_int4_gemv_impl.cu):
+// ChainSum: ONE chain per 16-bit lane (mul + 3 fma in T), then fp32;
+// ShortChainSum: two-product chains (for scaled weights, the slow path).
+template <typename T2>
+__device__ __forceinline__ float ChainSum(const T2 (&w)[4], const T2 (&xp)[4]) {
+  const T2 c = __hfma2(w[3], xp[3], __hfma2(w[2], xp[2], __hfma2(w[1], xp[1], __hmul2(w[0], xp[0]))));
+  const float2 f = Float2Of(c);
+  return f.x + f.y;
+}
+template <typename T2>
+__device__ __forceinline__ float ShortChainSum(const T2 (&w)[4], const T2 (&xp)[4]) {
+  const float2 a = Float2Of(__hfma2(w[0], xp[0], __hmul2(w[1], xp[1])));
+  const float2 b = Float2Of(__hfma2(w[2], xp[2], __hmul2(w[3], xp[3])));
+  return (a.x + a.y) + (b.x + b.y);
+}
+
 // Zeroes the weights of k >= kv (kv = valid count from this word's first code) in out[4].
 __device__ __forceinline__ void MaskPairs(uint32_t (&out)[4], int kv) {
 #pragma unroll

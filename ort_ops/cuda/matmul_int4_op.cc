@@ -7,6 +7,8 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <type_traits>
+#include <unordered_map>
 
 #include "cuda/cuda_check.h"
 #include "cuda/env_knobs.h"
@@ -16,6 +18,29 @@
 namespace pyquant {
 
 namespace {
+
+// Device buffers rewritten in the shuffled order, with the number of nodes that read them: the
+// first node rewrites, the last one's destruction forgets the address (ORT frees initializers
+// with the session, and a later session may get the same address for a row-major B).
+std::mutex& ShuffledMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::unordered_map<const void*, int>& ShuffledBuffers() {
+  static auto* m = new std::unordered_map<const void*, int>();
+  return *m;
+}
+// Registers one more reader of b; true when b is not shuffled yet (the caller rewrites it, under
+// no lock: kernel creation is sequential within a session, and B belongs to one session).
+bool AcquireShuffled(const void* b) {
+  std::lock_guard<std::mutex> lock(ShuffledMutex());
+  return ShuffledBuffers()[b]++ == 0;
+}
+void ReleaseShuffled(const void* b) {
+  std::lock_guard<std::mutex> lock(ShuffledMutex());
+  auto it = ShuffledBuffers().find(b);
+  if (it != ShuffledBuffers().end() && --it->second <= 0) ShuffledBuffers().erase(it);
+}
 
 template <ONNXTensorElementDataType kType, typename T>
 class MatMulInt4Cuda final : public Kernel {
@@ -36,6 +61,19 @@ class MatMulInt4Cuda final : public Kernel {
     sm90_.min_m = CudaInt4Sm90MinM();
     sm90_ = CudaInt4Sm90Knobs(sm90_);
     if (sm90_.min_m != kInt4Sm90MinM) sm90_.min_m_large = sm90_.min_m;  // an explicit setting wins
+    sm90_.shuf_variant = EnvInt("PYQUANT_INT4_SHUF_VARIANT", -1);
+    const int shuffle = EnvChoice("PYQUANT_INT4_SHUFFLE", {"0", "1", "require"}, 1);
+    if (shuffle != 0 && !force_ref_) {
+      const std::string why = ShuffleInPlace(info);
+      if (!why.empty() && shuffle == 2) {
+        throw OpError("MatMulInt4 node '" + NodeName(info) + "': PYQUANT_INT4_SHUFFLE=require, but B stays " +
+                      "row-major: " + why);
+      }
+    }
+  }
+  ~MatMulInt4Cuda() override {
+    if (in_place_b_ != nullptr) ReleaseShuffled(in_place_b_);
+    if (in_place_prepared_ != nullptr) cudaFree(in_place_prepared_);
   }
   void Compute(OrtKernelContext* ctx) override {
     const MatMulInt4Problem p = BindMatMulInt4(ctx, attrs_, kType);
@@ -46,7 +84,12 @@ class MatMulInt4Cuda final : public Kernel {
       return;
     }
     std::lock_guard<std::mutex> lock(mu_);
-    const Int4Sm90Prepared* sm90 = PreparedSm90(p, stream);
+    if (in_place_b_ != nullptr && p.b != in_place_b_) {
+      throw OpError("MatMulInt4: B was rewritten in the shuffled order at session creation, but this run " +
+                    std::string("binds another B buffer (set PYQUANT_INT4_SHUFFLE=0 for such sessions)"),
+                    ORT_EP_FAIL);
+    }
+    const Int4Sm90Prepared* sm90 = in_place_b_ != nullptr ? InPlaceSm90(p) : PreparedSm90(p, stream);
     // Scratch (split-K sums of the tiled kernel, or the sm90 GEMM's stream-K partials): node-owned.
     const size_t need = MatMulInt4WorkspaceBytes<T>(p, tiled_min_m_, sm90);
     Int4Workspace ws;
@@ -62,6 +105,108 @@ class MatMulInt4Cuda final : public Kernel {
   }
 
  private:
+  // Rewrites a constant B in the shuffled order (layout/int4_shuffled.h) in place, once, and
+  // prepares the Hopper GEMM's scales; afterwards every call of this node runs kernels that read
+  // that order. Why in place: the order is worth 7-25 % on the Hopper GEMM, and a second copy
+  // would double the node's GPU memory (docs/ops.md "GPU weight layout"). Returns "" when done,
+  // else why not (then nothing changed and the node reads B as stored).
+  //
+  // Conditions: fp16 / bf16; a build with the sm_90a kernels on a compute-capability-9.0 GPU;
+  // B, scales and zero points constant initializers already in device memory; N % 128 == 0,
+  // K % 64 == 0, block_size 64 / 128 / 256. B is shared safely between nodes (a registry counts
+  // the nodes that read a shuffled buffer, so it is rewritten once).
+  std::string ShuffleInPlace(const OrtKernelInfo* info) {
+    if constexpr (std::is_same<T, float>::value) {
+      return "float32 activations";
+    } else {
+      if (!b_constant_ || !scales_constant_) return "B or scales are not constant initializers";
+      bool c = false;
+      const TensorView b = GetConstantInput(info, kI4B, &c);
+      const TensorView scales = GetConstantInput(info, kI4Scales, &c);
+      // Zero points fed at run time: the GEMM's prepared zeros would not match them, so Compute
+      // then keeps to the shuffled mma kernels, which read scales and zero points as given.
+      const TensorView zp = GetConstantInput(info, kI4ZeroPoints, &c);
+      if (Int4ShuffledWeightBytes(attrs_.n, attrs_.k) == 0) return "N % 128 != 0 or K % 64 != 0";
+      if (b.data == nullptr || scales.data == nullptr) return "B or scales not readable at kernel creation";
+      cudaPointerAttributes attr{};
+      if (cudaPointerGetAttributes(&attr, b.data) != cudaSuccess || attr.type != cudaMemoryTypeDevice) {
+        cudaGetLastError();
+        return "B is not in device memory at kernel creation";
+      }
+      int prev = 0;
+      ThrowOnCudaError(cudaGetDevice(&prev), "cudaGetDevice");
+      ThrowOnCudaError(cudaSetDevice(attr.device), "cudaSetDevice");
+      std::string why;
+      try {
+        why = ShuffleOnDevice(b.data, scales.data, zp.present() ? zp.data : nullptr);
+      } catch (...) {
+        cudaSetDevice(prev);
+        throw;
+      }
+      ThrowOnCudaError(cudaSetDevice(prev), "cudaSetDevice");
+      return why;
+    }
+  }
+
+  // ShuffleInPlace on the device that holds B (current).
+  std::string ShuffleOnDevice(const void* b, const void* scales, const void* zp) {
+    MatMulInt4Problem p;
+    p.attrs = attrs_;
+    p.m = 0;
+    p.b = static_cast<const uint8_t*>(b);
+    p.scales = scales;
+    p.zero_points = static_cast<const uint8_t*>(zp);
+    if (!MatMulInt4Sm90Candidate<T>(p)) return "no Hopper GEMM here (build, GPU, or block size)";
+    const int64_t row_bytes = Int4RowBytes(attrs_.k, attrs_.block_size);
+    cudaStream_t st = nullptr;
+    ThrowOnCudaError(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "cudaStreamCreate");
+    void* tmp = nullptr;
+    auto cleanup = [&] {
+      if (tmp != nullptr) cudaFree(tmp);
+      cudaStreamDestroy(st);
+    };
+    try {
+      // The Hopper GEMM's transposed scales: node-owned, like the run-time preparation.
+      const size_t prep_bytes = MatMulInt4Sm90PreparedBytes<T>(p, sm90_, false);
+      ThrowOnCudaError(cudaMalloc(&in_place_prepared_, prep_bytes), "cudaMalloc (MatMulInt4 sm90 scales)");
+      bool usable = false;
+      Int4Sm90Prepared prepared = sm90_;
+      ThrowOnCudaError(PrepareMatMulInt4Sm90<T>(p, false, in_place_prepared_, st, &prepared, &usable),
+                       "MatMulInt4 sm90 preparation");
+      if (AcquireShuffled(b)) {  // first node on this B: rewrite it (transient copy of the codes)
+        const size_t bytes = static_cast<size_t>(attrs_.n * row_bytes);
+        ThrowOnCudaError(cudaMalloc(&tmp, bytes), "cudaMalloc (MatMulInt4 weight rewrite)");
+        ThrowOnCudaError(cudaMemcpyAsync(tmp, b, bytes, cudaMemcpyDeviceToDevice, st), "cudaMemcpyAsync");
+        ThrowOnCudaError(ShuffleInt4Weights(static_cast<const uint8_t*>(tmp), row_bytes, attrs_.n, attrs_.k,
+                                            const_cast<void*>(b), st),
+                         "MatMulInt4 weight rewrite");
+        ThrowOnCudaError(cudaStreamSynchronize(st), "cudaStreamSynchronize");
+      }
+      in_place_b_ = b;
+      in_place_scales_ = scales;
+      in_place_zp_ = zp;
+      sm90_.scales_t = usable ? prepared.scales_t : nullptr;  // else no GEMM: the shuffled mma kernel
+      sm90_.zeros_t = usable ? prepared.zeros_t : nullptr;
+      sm90_.b_shuffled = b;
+      sm90_.b_in_place = true;
+    } catch (...) {
+      cleanup();
+      throw;
+    }
+    cleanup();
+    return "";
+  }
+
+  // The dispatch state of an in-place node: the GEMM only with the scales / zero points it was
+  // prepared from.
+  const Int4Sm90Prepared* InPlaceSm90(const MatMulInt4Problem& p) {
+    if (p.scales == in_place_scales_ && p.zero_points == in_place_zp_) return &sm90_;
+    in_place_no_gemm_ = sm90_;
+    in_place_no_gemm_.scales_t = nullptr;
+    in_place_no_gemm_.zeros_t = nullptr;
+    return &in_place_no_gemm_;
+  }
+
   // The sm90 GEMM's prepared inputs, or nullptr (portable kernels). Prepared on the first call
   // that could use them (never during CUDA graph capture: it synchronizes once), again only if
   // ORT hands us other scale / zero-point buffers. Caller holds mu_.
@@ -101,6 +246,11 @@ class MatMulInt4Cuda final : public Kernel {
   const void* prepared_for_scales_ = nullptr;
   const void* prepared_for_zp_ = nullptr;
   const void* prepared_for_b_ = nullptr;
+  const void* in_place_b_ = nullptr;    // B, rewritten in the shuffled order (ShuffleInPlace)
+  void* in_place_prepared_ = nullptr;  // its scales_t / zeros_t
+  const void* in_place_scales_ = nullptr;
+  const void* in_place_zp_ = nullptr;
+  Int4Sm90Prepared in_place_no_gemm_;
 };
 
 }  // namespace

@@ -72,6 +72,14 @@ def main() -> int:
                 finally:
                     os.environ.pop("PYQUANT_INT4_MID_VARIANT", None)
                     os.environ.pop("PYQUANT_INT4_SM90_MIN_M", None)
+        if dtype != "float32":  # B rewritten in the shuffled order (Hopper; N % 128, K % 64): every kernel on it
+            n_checked += check_int4(dtype, 512, 256, 64, False, (1, 3, 5, 16, 40, 100, 520))
+            for variant in (1, 2, 3, 4, 11, 12, 13, 14):
+                os.environ["PYQUANT_INT4_SHUF_VARIANT"] = str(variant)
+                try:
+                    n_checked += check_int4(dtype, 1024, 384, 128, True, (1, 4, 9, 33))
+                finally:
+                    os.environ.pop("PYQUANT_INT4_SHUF_VARIANT", None)
         if dtype == "float16":  # the Hopper GEMM's scheduler knobs (split-K ordered / unordered, stream-K)
             for knobs in (
                 {"PYQUANT_INT4_SM90_DECOMP": "splitk", "PYQUANT_INT4_SM90_SPLITS": "3"},

@@ -119,3 +119,50 @@ def test_pack_unpack_roundtrip(rng):
         np.testing.assert_array_equal(layout.unpack_int4(b, k), q)
         zp = rng.integers(0, 16, size=(5, layout.n_blocks(k, bs))).astype(np.uint8)
         np.testing.assert_array_equal(layout.unpack_zero_points(layout.pack_zero_points(zp), zp.shape[1]), zp)
+
+
+def test_shuffled_order_mirrors_header(tmp_path, rng):
+    """pyquant.layout's shuffled order (Python mirror) and Int4ShuffledNibble of
+    ort_ops/layout/int4_shuffled.h (the source of truth) give the same nibble for every code of a
+    48 x 64 weight; the order is a permutation; and each 32-bit word holds the mma.sync A fragment
+    the header's diagram promises (row p / p + 8, k = 2w, 2w + 1, 2w + 8, 2w + 9)."""
+    import shutil
+    import subprocess
+
+    n_rows, k = 48, 64
+    nn, kk = np.meshgrid(np.arange(n_rows), np.arange(k), indexing="ij")
+    py = layout.int4_shuffled_nibble(nn, kk, n_rows)
+    assert sorted(py.ravel().tolist()) == list(range(n_rows * k))
+    # word w of piece p in tile (0, 0): nibbles 8 (4p + w) .. + 7
+    q = rng.integers(0, 16, size=(n_rows, k)).astype(np.uint8)
+    words = layout.shuffle_int4(q).view(np.uint32)
+    for p in range(8):
+        for w in range(4):
+            v = int(words[4 * p + w])
+            got = [(v >> (4 * i)) & 0xF for i in range(8)]
+            r0, r1, c = p, p + 8, 2 * w
+            want = [
+                q[r0, c],
+                q[r1, c],
+                q[r0, c + 8],
+                q[r1, c + 8],
+                q[r0, c + 1],
+                q[r1, c + 1],
+                q[r0, c + 9],
+                q[r1, c + 9],
+            ]
+            assert got == want, (p, w)
+
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no C++ compiler to evaluate the header")
+    src = tmp_path / "nibbles.cc"
+    src.write_text(
+        '#include <cstdio>\n#include "layout/int4_shuffled.h"\n'
+        "int main() { for (int n = 0; n < 48; ++n) for (int k = 0; k < 64; ++k)"
+        ' std::printf("%lld\\n", (long long)pyquant::Int4ShuffledNibble(n, k, 48)); }\n'
+    )
+    exe = tmp_path / "nibbles"
+    subprocess.run([cxx, "-std=c++17", "-I", str(REPO / "ort_ops"), str(src), "-o", str(exe)], check=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
+    np.testing.assert_array_equal(np.array(out, dtype=np.int64), py.ravel())

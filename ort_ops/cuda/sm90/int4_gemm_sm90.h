@@ -40,7 +40,7 @@ struct Int4GemmArgs {
   // M on the Hopper path; 0 = the default tiles. A variant that cannot take the problem leaves
   // the default.
   int variant = 0;
-  // The shuffled weight copy (PrepareInt4ShuffledWeights), or nullptr: when set (and the copy
+  // The shuffled weight copy (ShuffleInt4Weights), or nullptr: when set (and the copy
   // covers the problem), the GEMM reads it instead of b, with the default tiles (variants 1..6
   // then do not apply).
   const uint8_t* b_shuffled = nullptr;
@@ -70,10 +70,9 @@ cudaError_t LaunchInt4Gemm(const Int4GemmArgs& a, bool bf16, void* workspace, si
 // it only when asked (PYQUANT_INT4_SHUFFLED_COPY=1, or benchmark variant 7 "shuf"), from a
 // constant B, for N % 128 == 0 and K % 64 == 0.
 //   Int4ShuffledBytes(n, k): bytes of the copy (0: the shape does not tile)
-//   PrepareInt4ShuffledWeights: writes it at dst (Int4ShuffledBytes bytes) on `stream`
+//   (ShuffleInt4Weights, cuda/matmul_int4.h, writes it: layout/int4_shuffled.h)
 //   Int4GemmShuffled*: as Int4GemmSupported / WorkspaceBytes / LaunchInt4Gemm, on a.b_shuffled
 size_t Int4ShuffledBytes(int n, int k);
-cudaError_t PrepareInt4ShuffledWeights(const uint8_t* b, int row_bytes, int n, int k, void* dst, cudaStream_t stream);
 bool Int4GemmShuffledSupported(const Int4GemmArgs& a, bool bf16);
 size_t Int4GemmShuffledWorkspaceBytes(const Int4GemmArgs& a, bool bf16);
 cudaError_t LaunchInt4GemmShuffled(const Int4GemmArgs& a, bool bf16, void* ws, size_t ws_bytes, cudaStream_t stream);

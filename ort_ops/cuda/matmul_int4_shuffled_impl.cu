@@ -1,0 +1,616 @@
+// MatMulInt4 CUDA kernels on the shuffled weight order (layout/int4_shuffled.h): every M below the
+// Hopper GEMM's range on a node whose B the op rewrote in place (matmul_int4_op.cc), plus the
+// rewrite itself and a reference kernel.
+//
+// Why a second set of kernels: the Hopper GEMM reads B 7-25 % faster in the shuffled order
+// (bench/results/2026-11-23-h100-s8-int4-shuf-bench-cuda.md), and a node's memory must stay
+// about its packed weights, so the shuffled copy has to replace B rather than sit beside it; then
+// decode and small batches must read it too. The order suits them: a 32-bit word is one thread's
+// m16n8k16 A fragment, so the mma kernel loads and decodes it with no shuffles, and a 16-byte
+// piece is two whole rows over 16 k for the CUDA-core GEMV.
+//
+// int4_shuffled_gemv_kernel (M <= kInt4ShuffledGemvMaxM): CUDA cores, one 16-byte piece (rows r0,
+//   r1 = r0 + 8, 16 k) per thread and step, the decode GEMV's arithmetic (matmul_int4_gemv_impl.cu:
+//   chains of 4 products per 16-bit lane, fp32 across chains, scale per piece, slow path for
+//   pieces whose fast sum is not finite).
+// int4_shuffled_mma_kernel (the rest): weights as the A operand (16 B rows x k16), X as B (8
+//   tokens), fp32 accumulators; a CTA owns NT n16 tiles x 8 MT8 tokens, its warps split K in
+//   groups of U k16 steps (one block: U * 16 <= 64 <= block_size), the next group's weights in
+//   flight while the current group's MMAs run; partial sums meet in shared memory (fixed order).
+// int4_shuffled_ref_kernel: one thread per output, float32, through Int4ShuffledCodeAt: the
+//   fallback for misaligned X, and the ground truth of the order in the device tests.
+//
+// Preconditions (the op checks them before rewriting B): T = __half / __nv_bfloat16, N % 128 == 0,
+// K % 64 == 0, block_size in {64, 128, 256}, finite scales with -zp * scale finite in T (the
+// Hopper GEMM's own precondition; the slow path still guards the activations).
+#include <algorithm>
+#include <type_traits>
+
+#include "cuda/device_info.h"
+#include "cuda/matmul_int4.h"
+#include "cuda/matmul_int4_impl.cuh"
+#include "cuda/pdl.h"
+#include "layout/int4_shuffled.h"
+
+namespace pyquant {
+
+using namespace cuda_detail;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// The in-place rewrite: one thread per source byte of the row-major copy `src` (codes k = 2 kb,
+// 2 kb + 1 of row `row`), each code OR-ed into its nibble of the zeroed destination (a 32-bit
+// word takes codes of two rows and four bytes: atomicOr).
+// ---------------------------------------------------------------------------------------------
+__global__ void int4_shuffle_kernel(const uint8_t* __restrict__ src, int row_bytes, int n, int k,
+                                    uint32_t* __restrict__ dst) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  const int half_k = k / 2;
+  if (i >= int64_t(n) * half_k) return;
+  const int row = static_cast<int>(i / half_k), kb = static_cast<int>(i % half_k);
+  const uint32_t byte = src[int64_t(row) * row_bytes + kb];
+  for (int j = 0; j < 2; ++j) {
+    const int64_t nibble = Int4ShuffledNibble(row, 2 * kb + j, n);
+    atomicOr(dst + nibble / 8, ((byte >> (4 * j)) & 0xFu) << (4 * (nibble % 8)));
+  }
+}
+
+// x [M, K] T, b shuffled [N * K / 2], scales [N, nb] T, zp [N, zp_row_bytes] or nullptr, bias [N]
+// or nullptr, y [M, N] T. grid = (ceil(N / 128), M).
+template <typename T>
+__global__ void int4_shuffled_ref_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b,
+                                         const T* __restrict__ scales, const uint8_t* __restrict__ zp,
+                                         const T* __restrict__ bias, T* __restrict__ y, Int4Geom g) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  const int64_t row = blockIdx.y;
+  if (col >= g.n) return;
+  const int block_size = 1 << g.bs_log2;
+  const T* xr = x + row * g.k;
+  float acc = 0.0f;
+  for (int blk = 0; blk < g.nb; ++blk) {
+    const float s = LoadF(scales, int64_t(col) * g.nb + blk);
+    const float z = zp ? float(Int4ZeroPointAt(zp + int64_t(col) * g.zp_row_bytes, blk)) : float(kInt4SymmetricZeroPoint);
+    const int k0 = blk * block_size, k1 = min(g.k, k0 + block_size);
+    float part = 0.0f;
+    for (int kk = k0; kk < k1; ++kk) part += LoadF(xr, kk) * (float(Int4ShuffledCodeAt(b, col, kk, g.n)) - z);
+    acc += part * s;
+  }
+  if (bias) acc += LoadF(bias, col);
+  y[row * g.n + col] = StoreT<T>(acc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decode of one shuffled word (layout/int4_shuffled.h) with the per-row constants of its block.
+// Out: w[0] = row r0 at k (2w, 2w+1), w[1] = r1 there, w[2] = r0 at (2w+8, 2w+9), w[3] = r1 there:
+// exactly the A registers a0..a3 of mma.sync m16n8k16 (matmul_int4_impl.cuh, Mma16816).
+//   kScaled = true: (q - zp) * s, rounded once to T (the MMA path, like DequantWord);
+//   false: q - zp, exact (the GEMV's fast path, scale applied in fp32 per piece).
+// fp16 takes r1 from nibble position 4 (1024 + 16 q, exact; / 16 folded into an fma) to save
+// two shifts; bf16 cannot (128 + 16 q leaves its 8-bit significand) and shifts.
+// ---------------------------------------------------------------------------------------------
+template <typename T>
+struct ShufRows {
+  uint32_t zb0, zb1, s0, s1;  // zb1: fp16 = -(64 + zp1) pairs, bf16 = kBias + zp1 pairs
+};
+
+template <typename T>
+__device__ __forceinline__ ShufRows<T> MakeShufRows(float s0, int z0, float s1, int z1) {
+  ShufRows<T> r;
+  r.zb0 = ZeroBias2<T>(z0);
+  if constexpr (std::is_same<T, __half>::value) {
+    const __half v = __float2half_rn(-64.0f - float(z1));
+    r.zb1 = Pack2<__half>(v, v);
+  } else {
+    r.zb1 = ZeroBias2<T>(z1);
+  }
+  const T a = StoreT<T>(s0), b = StoreT<T>(s1);
+  r.s0 = Pack2<T>(a, a);
+  r.s1 = Pack2<T>(b, b);
+  return r;
+}
+
+template <typename T, bool kScaled>
+__device__ __forceinline__ void DecodeShufWord(uint32_t v, const ShufRows<T>& r, uint32_t (&w)[4]) {
+  constexpr uint32_t kMagic = Int4Magic<T>::kBits;
+  const uint32_t v8 = v >> 8;
+  w[0] = Sub2<T>(Lop3AndOr(v, 0x000F000Fu, kMagic), r.zb0);
+  w[2] = Sub2<T>(Lop3AndOr(v8, 0x000F000Fu, kMagic), r.zb0);
+  if constexpr (std::is_same<T, __half>::value) {
+    const __half2 sixteenth = __float2half2_rn(0.0625f);
+    const uint32_t b = Lop3AndOr(v, 0x00F000F0u, kMagic), d = Lop3AndOr(v8, 0x00F000F0u, kMagic);
+    const __half2 nzb = *reinterpret_cast<const __half2*>(&r.zb1);
+    const __half2 w1 = __hfma2(*reinterpret_cast<const __half2*>(&b), sixteenth, nzb);
+    const __half2 w3 = __hfma2(*reinterpret_cast<const __half2*>(&d), sixteenth, nzb);
+    w[1] = *reinterpret_cast<const uint32_t*>(&w1);
+    w[3] = *reinterpret_cast<const uint32_t*>(&w3);
+  } else {
+    w[1] = Sub2<T>(Lop3AndOr(v >> 4, 0x000F000Fu, kMagic), r.zb1);
+    w[3] = Sub2<T>(Lop3AndOr(v >> 12, 0x000F000Fu, kMagic), r.zb1);
+  }
+  if constexpr (kScaled) {
+    w[0] = Mul2<T>(w[0], r.s0);
+    w[2] = Mul2<T>(w[2], r.s0);
+    w[1] = Mul2<T>(w[1], r.s1);
+    w[3] = Mul2<T>(w[3], r.s1);
+  }
+}
+
+// Scale and zero point of row `row`, block blk.
+template <typename T>
+__device__ __forceinline__ void RowBlock(const T* __restrict__ scales, const uint8_t* __restrict__ zp, const Int4Geom& g,
+                                         int row, int blk, float* s, int* z) {
+  *s = LoadF(scales, int64_t(row) * g.nb + blk);
+  *z = zp ? Int4ZeroPointAt(zp + int64_t(row) * g.zp_row_bytes, blk) : kInt4SymmetricZeroPoint;
+}
+
+__device__ __forceinline__ uint32_t LoadStream4(const void* p) {
+  uint32_t v;
+  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The mma kernel. grid = (N / (16 NT), ceil(M / (8 MT8))), block = 32 kWarps.
+// Thread (warp w, lane = 4 gr + tq): in n16 tile j it owns rows 16 (nt0 + j) + gr and + 8 (its A
+// fragment = word tq of piece gr); in token tile i, tokens m0 + 8 i + gr (its B fragment: X at
+// k = 2 tq, 2 tq + 1, 2 tq + 8, 2 tq + 9 of the step) and accumulates tokens m0 + 8 i + 2 tq, + 1.
+// ---------------------------------------------------------------------------------------------
+template <typename T, int NT, int U>
+struct ShufGroup {
+  uint32_t q[U][NT];   // the lane's word of tile j at step u
+  float s[NT][2];      // scales of rows r0, r1 of tile j
+  int z[NT][2];        // zero points
+};
+
+template <typename T, int NT, int U>
+__device__ __forceinline__ void LoadShufGroup(ShufGroup<T, NT, U>& f, const uint8_t* __restrict__ b,
+                                              const T* __restrict__ scales, const uint8_t* __restrict__ zp,
+                                              const Int4Geom& g, int nt0, int grp, int lane) {
+  const int ntt = g.n >> 4, step0 = grp * U;
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+      f.q[u][j] = LoadStream4(b + (int64_t(nt0 + j) + int64_t(ntt) * (step0 + u)) * kInt4ShuffleTileBytes + 4 * lane);
+  const int blk = (step0 * 16) >> g.bs_log2;
+  const int r = lane >> 2;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    RowBlock(scales, zp, g, 16 * (nt0 + j) + r, blk, &f.s[j][0], &f.z[j][0]);
+    RowBlock(scales, zp, g, 16 * (nt0 + j) + r + 8, blk, &f.s[j][1], &f.z[j][1]);
+  }
+}
+
+template <typename T, int MT8, int NT, int kWarps, int U>
+__global__ void __launch_bounds__(kWarps * 32)
+    int4_shuffled_mma_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
+                             const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
+                             bool weights_early) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int gr = lane >> 2, tq = lane & 3;
+  const int nt0 = blockIdx.x * NT;
+  const int m0 = blockIdx.y * 8 * MT8;
+  const int groups = (g.k >> 4) / U;
+
+  float acc[NT][MT8][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int i = 0; i < MT8; ++i)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[j][i][r] = 0.0f;
+
+  // X rows of this lane's B fragments (clamped: rows >= M load row M-1 and are masked to zero).
+  const T* xrow[MT8];
+  bool xvalid[MT8];
+#pragma unroll
+  for (int i = 0; i < MT8; ++i) {
+    const int tok = m0 + 8 * i + gr;
+    xvalid[i] = tok < g.m;
+    xrow[i] = x + int64_t(min(tok, g.m - 1)) * g.k + 2 * tq;
+  }
+
+  PdlAllowDependents();
+  if (!weights_early) PdlWaitPrimary();
+  ShufGroup<T, NT, U> cur;
+  int grp = warp;
+  if (grp < groups) LoadShufGroup<T, NT, U>(cur, b, scales, zp, g, nt0, grp, lane);
+  if (weights_early) PdlWaitPrimary();  // X and Y only after the previous grid is complete
+  for (; grp < groups; grp += kWarps) {
+    ShufGroup<T, NT, U> nxt;
+    const int gn = grp + kWarps;
+    if (gn < groups) LoadShufGroup<T, NT, U>(nxt, b, scales, zp, g, nt0, gn, lane);
+    ShufRows<T> rows[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) rows[j] = MakeShufRows<T>(cur.s[j][0], cur.z[j][0], cur.s[j][1], cur.z[j][1]);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int k = (grp * U + u) * 16;
+      uint32_t xb[MT8][2];
+#pragma unroll
+      for (int i = 0; i < MT8; ++i) {
+        const uint32_t lo = __ldg(reinterpret_cast<const uint32_t*>(xrow[i] + k));
+        const uint32_t hi = __ldg(reinterpret_cast<const uint32_t*>(xrow[i] + k + 8));
+        xb[i][0] = xvalid[i] ? lo : 0u;
+        xb[i][1] = xvalid[i] ? hi : 0u;
+      }
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        uint32_t a[4];
+        DecodeShufWord<T, true>(cur.q[u][j], rows[j], a);
+#pragma unroll
+        for (int i = 0; i < MT8; ++i) Mma16816<T>(acc[j][i], a[0], a[1], a[2], a[3], xb[i][0], xb[i][1]);
+      }
+    }
+    cur = nxt;
+  }
+
+  // Sum the warps' partial tiles (fixed order), one n16 tile at a time, and store.
+  __shared__ float red[kWarps][MT8 * 4][32];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    if (j > 0) __syncthreads();
+#pragma unroll
+    for (int i = 0; i < MT8; ++i)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) red[warp][i * 4 + r][lane] = acc[j][i][r];
+    __syncthreads();
+    for (int e = warp; e < MT8 * 4; e += kWarps) {
+      float v = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) v += red[w][e][lane];
+      const int i = e >> 2, r = e & 3;
+      const int n = 16 * (nt0 + j) + gr + (r >= 2 ? 8 : 0);
+      const int tok = m0 + 8 * i + 2 * tq + (r & 1);
+      if (tok < g.m) y[int64_t(tok) * g.n + n] = StoreT<T>(bias ? v + LoadF(bias, n) : v);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The CUDA-core GEMV (M <= 4). grid = (N / (16 kTiles)) * (8 / kP), block = kThreads.
+// A CTA owns pieces p_off .. p_off + kP - 1 (rows p and p + 8 of each) of kTiles n16 tiles; thread t
+// owns piece p = p_off + t % kP (rows r0 = 16 nt + p, r1 = r0 + 8) at k-tiles kt = t / kP + i *
+// kThreads / kP, i = 0, 1, ...: a warp's 16-byte loads cover 32 / kP k-tiles x 16 kP contiguous
+// bytes (whole 32-byte sectors). kP < 8 gives more, smaller CTAs (4096 x 4096: 256 CTAs at kP = 8
+// is 2 per SM). The thread's pieces go in groups of kU (kU * kTiles 16-byte loads issued
+// together, the next group's before the current group's arithmetic: at K = 4096 and 128 threads
+// a thread has 16 pieces per tile, and bytes in flight per SM set the streaming rate). X's 16
+// activations of a k-tile (two 16-byte L1 loads per token) serve the thread's 2 kTiles rows.
+// ---------------------------------------------------------------------------------------------
+template <typename T>
+using ShufT2 = std::conditional_t<std::is_same<T, __half>::value, __half2, __nv_bfloat162>;
+
+// The 16 activations of token m at k-tile kt as pairs: xp[0][w] = (x[2w], x[2w + 1]),
+// xp[1][w] = (x[2w + 8], x[2w + 9]).
+template <typename T>
+__device__ __forceinline__ void LoadShufX(const T* __restrict__ x, const Int4Geom& g, int m, int kt,
+                                          ShufT2<T> (&xp)[2][4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint4 v = LoadCached16(x + int64_t(m) * g.k + kt * 16 + 8 * h);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const uint32_t word = Word(v, w);
+      xp[h][w] = *reinterpret_cast<const ShufT2<T>*>(&word);
+    }
+  }
+}
+
+// One piece's weights as pairs: wr[r][h][w] = row r0 / r1 at the pairs of xp[h][w].
+template <typename T, bool kScaled>
+__device__ __forceinline__ void DecodeShufPiece(const uint4& q, const ShufRows<T>& rows, ShufT2<T> (&wr)[2][2][4]) {
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    uint32_t d[4];
+    DecodeShufWord<T, kScaled>(Word(q, w), rows, d);
+    wr[0][0][w] = *reinterpret_cast<const ShufT2<T>*>(&d[0]);
+    wr[1][0][w] = *reinterpret_cast<const ShufT2<T>*>(&d[1]);
+    wr[0][1][w] = *reinterpret_cast<const ShufT2<T>*>(&d[2]);
+    wr[1][1][w] = *reinterpret_cast<const ShufT2<T>*>(&d[3]);
+  }
+}
+
+template <typename T, int kM, int kP, int kTiles, int kThreads, int kU>
+__global__ void __launch_bounds__(kThreads)
+    int4_shuffled_gemv_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
+                              const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
+                              bool weights_early) {
+  using T2 = ShufT2<T>;
+  static_assert(kP == 2 || kP == 4 || kP == 8, "pieces per CTA tile");
+  constexpr int kStride = kThreads / kP;  // k-tiles between a thread's pieces
+  const int p_off = (blockIdx.x % (8 / kP)) * kP;
+  const int p = p_off + threadIdx.x % kP;
+  const int kt0 = threadIdx.x / kP;
+  const int nt0 = (blockIdx.x / (8 / kP)) * kTiles;
+  const int ntt = g.n >> 4, kts = g.k >> 4;
+  const int pieces = kt0 < kts ? (kts - kt0 + kStride - 1) / kStride : 0;  // per tile, this thread
+
+  float acc[kM][kTiles][2];
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) acc[m][j][0] = acc[m][j][1] = 0.0f;
+
+  // Piece i of tile j (i clamped to the last one: unconditional loads stay hoisted; the extra
+  // pieces are never used).
+  auto piece_kt = [&](int i) { return kt0 + kStride * min(i, max(pieces - 1, 0)); };
+  auto piece_ptr = [&](int j, int kt) {
+    return b + (int64_t(nt0 + j) + int64_t(ntt) * kt) * kInt4ShuffleTileBytes + kInt4ShufflePieceBytes * p;
+  };
+  PdlAllowDependents();
+  if (!weights_early) PdlWaitPrimary();
+  uint4 cur[kU][kTiles];
+  if (pieces > 0) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) cur[u][j] = LoadStream16(piece_ptr(j, piece_kt(u)));
+  }
+  if (weights_early) PdlWaitPrimary();
+  bool slow = false;
+  for (int i0 = 0; i0 < pieces; i0 += kU) {
+    uint4 nxt[kU][kTiles];
+    if (i0 + kU < pieces) {
+#pragma unroll
+      for (int u = 0; u < kU; ++u)
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) nxt[u][j] = LoadStream16(piece_ptr(j, piece_kt(i0 + kU + u)));
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      if (i0 + u >= pieces) break;
+      const int kt = piece_kt(i0 + u);
+      const int blk = (kt * 16) >> g.bs_log2;
+      T2 xp[kM][2][4];
+#pragma unroll
+      for (int m = 0; m < kM; ++m) LoadShufX<T>(x, g, m, kt, xp[m]);
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        float s[2];
+        int z[2];
+        RowBlock(scales, zp, g, 16 * (nt0 + j) + p, blk, &s[0], &z[0]);
+        RowBlock(scales, zp, g, 16 * (nt0 + j) + p + 8, blk, &s[1], &z[1]);
+        T2 wr[2][2][4];
+        DecodeShufPiece<T, false>(cur[u][j], MakeShufRows<T>(s[0], z[0], s[1], z[1]), wr);
+#pragma unroll
+        for (int m = 0; m < kM; ++m) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const float part = ChainSum(wr[r][0], xp[m][0]) + ChainSum(wr[r][1], xp[m][1]);
+            slow |= !isfinite(part);
+            acc[m][j][r] = fmaf(part, s[r], acc[m][j][r]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) cur[u][j] = nxt[u][j];
+  }
+
+  if (slow) {  // rare (|x| large enough to overflow an unscaled T chain): this thread again, scaled weights
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) acc[m][j][0] = acc[m][j][1] = 0.0f;
+    for (int i = 0; i < pieces; ++i) {
+      const int kt = piece_kt(i);
+      const int blk = (kt * 16) >> g.bs_log2;
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        float s[2];
+        int z[2];
+        RowBlock(scales, zp, g, 16 * (nt0 + j) + p, blk, &s[0], &z[0]);
+        RowBlock(scales, zp, g, 16 * (nt0 + j) + p + 8, blk, &s[1], &z[1]);
+        T2 wr[2][2][4];
+        DecodeShufPiece<T, true>(LoadStream16(piece_ptr(j, kt)), MakeShufRows<T>(s[0], z[0], s[1], z[1]), wr);
+#pragma unroll
+        for (int m = 0; m < kM; ++m) {
+          T2 xp[2][4];
+          LoadShufX<T>(x, g, m, kt, xp);
+#pragma unroll
+          for (int r = 0; r < 2; ++r) acc[m][j][r] += ShortChainSum(wr[r][0], xp[0]) + ShortChainSum(wr[r][1], xp[1]);
+        }
+      }
+    }
+  }
+
+  // Threads with the same piece p (lanes equal modulo kP) hold the same rows: shuffle-sum over the
+  // lane bits above kP, then the kThreads / 32 warps through shared memory.
+  constexpr int kV = kM * kTiles * 2;
+  __shared__ float red[kThreads / 32][kP][kV];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const float* a = &acc[0][0][0];
+#pragma unroll
+  for (int i = 0; i < kV; ++i) {
+    float v = a[i];
+#pragma unroll
+    for (int o = kP; o < 32; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane < kP) red[warp][lane][i] = v;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kP * kV; e += kThreads) {
+    const int pp = e / kV, i = e % kV;
+    float v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) v += red[w][pp][i];
+    const int m = i / (kTiles * 2), j = (i / 2) % kTiles, r = i & 1;
+    const int n = 16 * (nt0 + j) + p_off + pp + 8 * r;
+    y[int64_t(m) * g.n + n] = StoreT<T>(bias ? v + LoadF(bias, n) : v);
+  }
+}
+
+bool AlignedTo(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
+
+template <typename T, int MT8, int NT, int kWarps, int U>
+void LaunchShufMma(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y, const Int4Geom& g,
+                   PdlMode pdl, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(g.n / (16 * NT)), static_cast<unsigned>((g.m + 8 * MT8 - 1) / (8 * MT8)));
+  (void)LaunchWithPdl(int4_shuffled_mma_kernel<T, MT8, NT, kWarps, U>, grid, dim3(32 * kWarps), stream, pdl.launch, x,
+                      b, s, zp, bias, y, g, pdl.weights_early);
+}
+
+template <typename T, int kP, int kTiles, int kThreads, int kU>
+void LaunchShufGemv(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
+                    const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(g.n / (16 * kTiles) * (8 / kP)));
+  auto kernel = int4_shuffled_gemv_kernel<T, 1, kP, kTiles, kThreads, kU>;
+  if (g.m == 2) kernel = int4_shuffled_gemv_kernel<T, 2, kP, kTiles, kThreads, kU>;
+  if (g.m == 3) kernel = int4_shuffled_gemv_kernel<T, 3, kP, kTiles, kThreads, kU>;
+  if (g.m == 4) kernel = int4_shuffled_gemv_kernel<T, 4, kP, kTiles, kThreads, kU>;
+  (void)LaunchWithPdl(kernel, grid, dim3(kThreads), stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
+}
+
+// The mma kernel's configuration: MT8 by M (1, 2, 4, then 8 with grid.y covering the rest) and
+// (NT, warps, U) by variant:
+//   0: (1, 8, 4)   1: (2, 8, 4)   2: (1, 16, 4)   3: (2, 4, 4)   4: (4, 8, 4), NT 2 from MT8 = 4
+// variant < 0: 1 when N / 32 CTAs fill every SM at least twice, else 0 (fewer, fatter CTAs leave
+// SMs idle: 4096 x 4096 has N / 16 = 256 tiles for 132 SMs).
+int CurrentSmCount() {
+  int dev = 0;
+  return cudaGetDevice(&dev) == cudaSuccess ? CudaSmCount(dev) : 132;
+}
+
+template <typename T, int MT8>
+void LaunchShufMmaMt(int variant, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
+                     const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
+  if (variant < 0) variant = g.n / 32 >= 2 * CurrentSmCount() ? 1 : 0;
+  switch (variant) {
+    case 1:
+      LaunchShufMma<T, MT8, 2, 8, 4>(x, b, s, zp, bias, y, g, pdl, stream);
+      break;
+    case 2:
+      LaunchShufMma<T, MT8, 1, (MT8 <= 4 ? 16 : 8), 4>(x, b, s, zp, bias, y, g, pdl, stream);  // smem: 8 warps at MT8 8
+      break;
+    case 3:
+      LaunchShufMma<T, MT8, 2, 4, 4>(x, b, s, zp, bias, y, g, pdl, stream);
+      break;
+    case 4:
+      LaunchShufMma<T, MT8, (MT8 <= 2 ? 4 : 2), 8, 4>(x, b, s, zp, bias, y, g, pdl, stream);
+      break;
+    default:
+      LaunchShufMma<T, MT8, 1, 8, 4>(x, b, s, zp, bias, y, g, pdl, stream);
+  }
+}
+
+template <typename T>
+void LaunchShufMmaVariant(int variant, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
+                          const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
+  if (g.m <= 8) {
+    LaunchShufMmaMt<T, 1>(variant, x, b, s, zp, bias, y, g, pdl, stream);
+  } else if (g.m <= 16) {
+    LaunchShufMmaMt<T, 2>(variant, x, b, s, zp, bias, y, g, pdl, stream);
+  } else if (g.m <= 32) {
+    LaunchShufMmaMt<T, 4>(variant, x, b, s, zp, bias, y, g, pdl, stream);
+  } else {
+    LaunchShufMmaMt<T, 8>(variant, x, b, s, zp, bias, y, g, pdl, stream);
+  }
+}
+
+}  // namespace
+
+size_t Int4ShuffledWeightBytes(int64_t n, int64_t k) {
+  if (n <= 0 || k <= 0 || n % 128 != 0 || k % 64 != 0) return 0;
+  return size_t(n) * size_t(k) / 2;
+}
+
+cudaError_t ShuffleInt4Weights(const uint8_t* src, int64_t row_bytes, int64_t n, int64_t k, void* dst,
+                               cudaStream_t stream) {
+  const size_t bytes = Int4ShuffledWeightBytes(n, k);
+  if (bytes == 0 || row_bytes * 2 < k || n * (k / 2) >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
+  cudaError_t e = cudaMemsetAsync(dst, 0, bytes, stream);
+  if (e != cudaSuccess) return e;
+  const int64_t total = n * (k / 2);
+  int4_shuffle_kernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(
+      src, static_cast<int>(row_bytes), static_cast<int>(n), static_cast<int>(k), static_cast<uint32_t*>(dst));
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t stream, PdlMode pdl, int variant) {
+  if (p.m == 0) return cudaSuccess;
+  if constexpr (std::is_same<T, float>::value) {
+    return cudaErrorNotSupported;  // the op never shuffles a float32 node's weights
+  } else {
+    const auto& a = p.attrs;
+    if (Int4ShuffledWeightBytes(a.n, a.k) == 0 || a.block_size < 64 || p.m >= (int64_t{1} << 31) / a.k) {
+      return cudaErrorInvalidValue;
+    }
+    Int4Geom g;
+    g.m = static_cast<int>(p.m);
+    g.n = static_cast<int>(a.n);
+    g.k = static_cast<int>(a.k);
+    int l = 0;
+    while ((int64_t{1} << l) < a.block_size) ++l;
+    g.bs_log2 = l;
+    g.nb = static_cast<int>(a.n_blocks());
+    g.row_bytes = static_cast<int>(Int4RowBytes(a.k, a.block_size));
+    g.zp_row_bytes = static_cast<int>(Int4ZeroPointRowBytes(a.k, a.block_size));
+    g.n_chunks = 0;
+    const T* x = static_cast<const T*>(p.x);
+    const T* s = static_cast<const T*>(p.scales);
+    const T* bias = static_cast<const T*>(p.bias);
+    T* y = static_cast<T*>(p.y);
+    const bool variant_is_gemv = variant >= kInt4ShuffledGemvVariantBase;
+    if (AlignedTo(x, 16) && p.m <= kInt4ShuffledGemvMaxM && (variant < 0 || variant_is_gemv) &&
+        (variant_is_gemv || p.m <= kInt4ShuffledGemvDefaultMaxM)) {
+      // (kP, kTiles, threads, kU) per variant: the comment above kInt4ShuffledGemvVariantBase.
+      switch (variant < 0 ? 0 : variant - kInt4ShuffledGemvVariantBase) {
+        case 1:
+          LaunchShufGemv<T, 8, 1, 128, 8>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+          break;
+        case 2:
+          LaunchShufGemv<T, 2, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+          break;
+        case 3:
+          LaunchShufGemv<T, 4, 2, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+          break;
+        case 4:
+          LaunchShufGemv<T, 8, 2, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+          break;
+        default:
+          LaunchShufGemv<T, 4, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+      }
+    } else if (AlignedTo(x, 4) && g.m <= 65535 * 64) {
+      LaunchShufMmaVariant<T>(variant_is_gemv ? -1 : variant, x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+    } else {
+      return LaunchMatMulInt4ShuffledRef<T>(p, stream);
+    }
+    return cudaGetLastError();
+  }
+}
+
+template <typename T>
+cudaError_t LaunchMatMulInt4ShuffledRef(const MatMulInt4Problem& p, cudaStream_t stream) {
+  if (p.m == 0) return cudaSuccess;
+  if (p.m > 65535) return cudaErrorInvalidConfiguration;
+  const auto& a = p.attrs;
+  if (!Int4ShuffleFits(a.n, a.k)) return cudaErrorInvalidValue;
+  Int4Geom g{};
+  g.m = static_cast<int>(p.m);
+  g.n = static_cast<int>(a.n);
+  g.k = static_cast<int>(a.k);
+  int l = 0;
+  while ((int64_t{1} << l) < a.block_size) ++l;
+  g.bs_log2 = l;
+  g.nb = static_cast<int>(a.n_blocks());
+  g.zp_row_bytes = static_cast<int>(Int4ZeroPointRowBytes(a.k, a.block_size));
+  const dim3 grid(static_cast<unsigned>((g.n + 127) / 128), static_cast<unsigned>(p.m));
+  int4_shuffled_ref_kernel<T><<<grid, 128, 0, stream>>>(static_cast<const T*>(p.x), p.b,
+                                                       static_cast<const T*>(p.scales), p.zero_points,
+                                                       static_cast<const T*>(p.bias), static_cast<T*>(p.y), g);
+  return cudaGetLastError();
+}
+
+#define PYQUANT_INSTANTIATE(T)                                                                                 \
+  template cudaError_t LaunchMatMulInt4Shuffled<T>(const MatMulInt4Problem&, cudaStream_t, PdlMode, int); \
+  template cudaError_t LaunchMatMulInt4ShuffledRef<T>(const MatMulInt4Problem&, cudaStream_t);
+PYQUANT_INSTANTIATE(float)
+PYQUANT_INSTANTIATE(__half)
+PYQUANT_INSTANTIATE(__nv_bfloat16)
+#undef PYQUANT_INSTANTIATE
+
+}  // namespace pyquant

@@ -1,0 +1,161 @@
+"""MatMulInt4 on a B that the CUDA op rewrote in place in the shuffled order
+(ort_ops/layout/int4_shuffled.h; matmul_int4_op.cc ShuffleInPlace; kernels in
+matmul_int4_shuffled_impl.cu and the Hopper GEMM), against the float64 reference of the
+row-major codes: every M range (CUDA-core GEMV, mma.sync kernel at MT8 = 1 / 2 / 4 / 8 with grid.y
+beyond, the Hopper GEMM), every kernel variant, block sizes 64 / 128 / 256, symmetric and
+asymmetric (random codes and zero points over 0..15), bias, fp16 and bf16, large activations
+(the GEMV's slow path), zero points and a B shared by two nodes, and a second session on the same
+model. Outputs are poisoned (NaN) before each run.
+
+PYQUANT_INT4_SHUFFLE=require makes session creation fail unless B was rewritten, so these tests
+prove the path ran; they need the Hopper GEMM (sm_90a build, compute capability 9.0).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from tests.cuda.test_cuda_int4_sm90 import _hopper_gemm_active
+from tests.cuda.test_cuda_ops import _as_t, _check_int4, _int4_case, _session, run_cuda
+
+pytestmark = pytest.mark.cuda
+
+ALL_M = [1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 48, 64, 65, 100, 300, 1024]
+
+
+@pytest.fixture(autouse=True)
+def _need_hopper():
+    if not _hopper_gemm_active():
+        pytest.skip(
+            "the op shuffles B only where the Hopper GEMM runs (sm_90a build, compute capability 9.0)"
+        )
+
+
+def _shuffled_session(model, **knobs: str):
+    env = {"PYQUANT_INT4_SHUFFLE": "require", **knobs}
+    os.environ.update(env)
+    try:
+        return _session(model)
+    finally:
+        for key in env:
+            os.environ.pop(key, None)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("bs", [64, 128, 256])
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("kn", [(4096, 512), (1024, 6656), (1984, 256)])
+def test_int4_shuffled_every_m(rng, dtype, bs, symmetric, kn):
+    """Default dispatch; K = 1984 ends in a partial 128 / 256 block."""
+    k, n = kn
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
+    sess = _shuffled_session(model)
+    _check_int4(sess, rng, ALL_M, k, n, bs, dtype, b, scales_t, zp, bias_t)
+
+
+@pytest.mark.parametrize("variant", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_int4_shuffled_mma_variants(rng, variant, dtype, symmetric):
+    """Each mma.sync configuration at every MT8, with the Hopper GEMM off (M up to 300: grid.y)."""
+    k, n, bs = 2048, 768, 64
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
+    sess = _shuffled_session(
+        model, PYQUANT_INT4_SHUF_VARIANT=str(variant), PYQUANT_INT4_SM90_MIN_M=str(1 << 40)
+    )
+    _check_int4(sess, rng, [1, 3, 5, 8, 9, 16, 17, 32, 40, 64, 300], k, n, bs, dtype, b, scales_t, zp, bias_t)
+
+
+@pytest.mark.parametrize("variant", [10, 11, 12, 13, 14])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_int4_shuffled_gemv_variants(rng, variant, dtype, symmetric):
+    """Each CUDA-core GEMV configuration at M = 1..4 (M = 5 goes to the mma kernel); K = 4160
+    leaves the threads uneven piece counts."""
+    k, n, bs = 4160, 384, 64
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
+    sess = _shuffled_session(model, PYQUANT_INT4_SHUF_VARIANT=str(variant))
+    _check_int4(sess, rng, [1, 2, 3, 4, 5], k, n, bs, dtype, b, scales_t, zp, bias_t)
+
+
+@pytest.mark.parametrize("variant", ["-1", "13"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_int4_shuffled_large_activations(rng, variant, dtype):
+    """|X| = 4000 with small scales: the GEMV's unscaled fp16 chains overflow, so its slow path
+    must give the finite true sums (and the mma kernel never had the problem)."""
+    from pyquant import layout
+    from pyquant.reference import assert_within_limit, matmul_int4_ref
+    from tests.ops.graphs import int4_model
+
+    k, n, bs = 2048, 256, 128
+    nb = layout.n_blocks(k, bs)
+    b = rng.integers(0, 256, size=(n, nb, bs // 2), dtype=np.uint8)
+    zp = layout.pack_zero_points(rng.integers(0, 16, size=(n, nb), dtype=np.uint8))
+    scales = (0.004 + 0.002 * rng.random((n, nb))).astype(np.float32)
+    model = int4_model(b, scales, k, n, bs, dtype=dtype, zero_points=zp)
+    sess = _shuffled_session(model, PYQUANT_INT4_SHUF_VARIANT=variant)
+    scales_t = _as_t(scales, dtype)
+    for m in [1, 2, 4, 8]:
+        x = _as_t(4000.0 * np.sign(rng.standard_normal((m, k))), dtype)
+        y = run_cuda(sess, x, n, dtype)
+        y_ref, mag = matmul_int4_ref(x, b, scales_t, k, n, bs, zp)
+        assert np.isfinite(y).all()
+        assert_within_limit(y, y_ref, mag, dtype)
+
+
+def test_int4_shuffled_shared_b_and_second_session(rng):
+    """Two nodes on one B initializer: it is rewritten once and both read it right; a second
+    session of the same model (fresh initializers) is right too, also after the first is gone."""
+    import onnx
+    from onnx import helper
+
+    from pyquant.reference import assert_within_limit, matmul_int4_ref
+
+    k, n, bs, dtype = 1024, 384, 128, "float16"
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, True, False)
+    g = model.graph
+    node = g.node[0]
+    twin = onnx.NodeProto()
+    twin.CopyFrom(node)
+    twin.name = node.name + "_twin"
+    twin.output[0] = "Y2"
+    g.node.append(twin)
+    g.output.append(helper.make_tensor_value_info("Y2", g.output[0].type.tensor_type.elem_type, None))
+    sessions = [_shuffled_session(model) for _ in range(2)]
+    x = _as_t(rng.standard_normal((3, k)), dtype)
+    y_ref, mag = matmul_int4_ref(x, b, scales_t, k, n, bs)
+    for sess in sessions:
+        for y in sess.run(None, {"X": x.astype(np.float16)}):
+            assert_within_limit(np.asarray(y, dtype=np.float64), y_ref, mag, dtype)
+    del sessions[0]
+    third = _shuffled_session(model)
+    for sess in (sessions[0], third):
+        for y in sess.run(None, {"X": x.astype(np.float16)}):
+            assert_within_limit(np.asarray(y, dtype=np.float64), y_ref, mag, dtype)
+
+
+def test_int4_shuffle_require_reports_why(rng):
+    """A shape the order does not tile keeps B row-major; =require says so at session creation."""
+    model, *_ = _int4_case(rng, 1024, 520, 128, "float16", True, False)
+    with pytest.raises(Exception, match="stays row-major: N % 128"):
+        _shuffled_session(model)
+
+
+def test_int4_shuffle_off_matches(rng):
+    """PYQUANT_INT4_SHUFFLE=0 (row-major B, the portable small-M kernels) and the default agree
+    within the limit on the same inputs."""
+    k, n, bs, dtype = 4096, 512, 128, "float16"
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, False, True)
+    os.environ["PYQUANT_INT4_SHUFFLE"] = "0"
+    try:
+        plain = _session(model)
+    finally:
+        os.environ.pop("PYQUANT_INT4_SHUFFLE", None)
+    shuffled = _shuffled_session(model)
+    for m in [1, 16, 200]:
+        x = _as_t(rng.standard_normal((m, k)), dtype)
+        y0, y1 = run_cuda(plain, x, n, dtype), run_cuda(shuffled, x, n, dtype)
+        assert np.abs(y0 - y1).max() <= 2e-2 * np.abs(y0).max()

@@ -72,7 +72,7 @@ def main() -> int:
                 finally:
                     os.environ.pop("PYQUANT_INT4_MID_VARIANT", None)
                     os.environ.pop("PYQUANT_INT4_SM90_MIN_M", None)
-        if dtype != "float32":  # B rewritten in the shuffled order (Hopper; N % 128, K % 64): every kernel on it
+        if dtype != "float32":  # B rewritten in the shuffled order (Hopper; N % 128, K % 64): all kernels
             n_checked += check_int4(dtype, 512, 256, 64, False, (1, 3, 5, 16, 40, 100, 520))
             for variant in (1, 2, 3, 4, 11, 12, 13, 14):
                 os.environ["PYQUANT_INT4_SHUF_VARIANT"] = str(variant)

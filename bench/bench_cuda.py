@@ -40,8 +40,11 @@ Methods (fp16 activations):
                     the in-place shuffle is the default, the same as pyquant_int4 on shapes it tiles)
   pyquant_int4_plain  B read row-major as stored (PYQUANT_INT4_SHUFFLE=0: no in-place rewrite, the
                     Hopper default before 2026-11-24) (not in the default list)
-  pyquant_int4_sv<v>  a shuffled-order kernel variant (PYQUANT_INT4_SHUF_VARIANT; 0..4 mma.sync,
-                    10..14 CUDA-core GEMV: ort_ops/cuda/matmul_int4.h) (not in the default list)
+  pyquant_int4_all  B rewritten in the shuffled order on every layer it tiles (PYQUANT_INT4_SHUFFLE=all;
+                    the default does it from N * K >= 2^25) (not in the default list)
+  pyquant_int4_sv<v>  a shuffled-order kernel variant (PYQUANT_INT4_SHUF_VARIANT; 0..7 mma.sync,
+                    10..14 CUDA-core GEMV: ort_ops/cuda/matmul_int4.h), on every layer (not in the
+                    default list)
   pyquant_int4_from<M>  the Hopper GEMM from M on (PYQUANT_INT4_SM90_MIN_M) (not in the default list)
   pyquant_int4_again  the default again: an A/A control of the noise between methods (not in the default list)
   pyquant_int4_mid<v>  the 9 <= M <= 64 mma.sync kernel variant v (PYQUANT_INT4_MID_VARIANT, 0..9),
@@ -94,7 +97,12 @@ METHOD_ENV = {
     "pyquant_int4_plain": _PLAIN,
     # the shuffled-order kernels' variants (PYQUANT_INT4_SHUF_VARIANT: 0..4 mma.sync, 10..14 GEMV;
     # matmul_int4.h) and the Hopper GEMM's start over them (sm90 from M)
-    **{f"pyquant_int4_sv{v}": {"PYQUANT_INT4_SHUF_VARIANT": str(v)} for v in (*range(5), *range(10, 15))},
+    # (every layer the order tiles, PYQUANT_INT4_SHUFFLE=all, not only the default's large ones)
+    "pyquant_int4_all": {"PYQUANT_INT4_SHUFFLE": "all"},
+    **{
+        f"pyquant_int4_sv{v}": {"PYQUANT_INT4_SHUF_VARIANT": str(v), "PYQUANT_INT4_SHUFFLE": "all"}
+        for v in (*range(8), *range(10, 15))
+    },
     **{f"pyquant_int4_from{m}": {"PYQUANT_INT4_SM90_MIN_M": str(m)} for m in (17, 33, 49, 65, 129, 257)},
     "pyquant_int4_tiled": {"PYQUANT_INT4_TILED_MIN_M": "0", **_NO_SM90},
     "pyquant_int4_portable": _NO_SM90,

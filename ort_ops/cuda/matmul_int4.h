@@ -107,11 +107,16 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 //   LaunchMatMulInt4Shuffled: p.b in the shuffled order, T = __half / __nv_bfloat16, block_size
 //     64 / 128 / 256: the CUDA-core GEMV for M <= kInt4ShuffledGemvDefaultMaxM (16-byte aligned X),
 //     else the mma.sync kernel (4-byte aligned X), else the reference. variant: -1 = default;
-//     0..4 the mma kernel's (NT, warps, U) configurations; kInt4ShuffledGemvVariantBase + v the
-//     GEMV's (pieces per CTA tile, tiles, threads, pieces per group) configuration v: 0: (4, 1,
-//     128, 4), 1: (8, 1, 128, 8), 2: (2, 1, 128, 4), 3: (4, 2, 128, 4), 4: (8, 2, 128, 4), up to
+//     0..7 the mma kernel's (NT, warps, U, cluster) configurations; kInt4ShuffledGemvVariantBase + v the
+//     GEMV's (pieces per CTA tile, tiles, threads, k-tiles per unit) configuration v: 0: (4, 1,
+//     128, 4), 1: (8, 1, 128, 4), 2: (2, 1, 128, 4), 3: (4, 2, 128, 4), 4: (8, 2, 128, 4), up to
 //     M = kInt4ShuffledGemvMaxM.
 //   LaunchMatMulInt4ShuffledRef: one thread per output through Int4ShuffledCodeAt.
+// The op rewrites B by default only for layers of N * K >= kInt4ShuffleMinWeights (4096 x 8192 and
+// up): on 4096 x 4096 the row-major small-M kernels stay faster through M = 48 (H100,
+// bench/results/2026-11-24-h100-s9-shufvariants-bench-cuda.md); PYQUANT_INT4_SHUFFLE=all rewrites
+// every layer the order tiles.
+constexpr int64_t kInt4ShuffleMinWeights = int64_t{1} << 25;
 constexpr int64_t kInt4ShuffledGemvMaxM = 4;
 constexpr int64_t kInt4ShuffledGemvDefaultMaxM = 2;
 constexpr int kInt4ShuffledGemvVariantBase = 10;

@@ -62,10 +62,13 @@ class MatMulInt4Cuda final : public Kernel {
     sm90_ = CudaInt4Sm90Knobs(sm90_);
     if (sm90_.min_m != kInt4Sm90MinM) sm90_.min_m_large = sm90_.min_m;  // an explicit setting wins
     sm90_.shuf_variant = EnvInt("PYQUANT_INT4_SHUF_VARIANT", -1);
-    const int shuffle = EnvChoice("PYQUANT_INT4_SHUFFLE", {"0", "1", "require"}, 1);
-    if (shuffle != 0 && !force_ref_) {
+    // PYQUANT_INT4_SHUFFLE: 0 = never; 1 (default) = layers of N * K >= kInt4ShuffleMinWeights;
+    // all = every layer the order tiles; require = all, and fail session creation where it cannot.
+    const int shuffle = EnvChoice("PYQUANT_INT4_SHUFFLE", {"0", "1", "all", "require"}, 1);
+    const bool large = attrs_.n * attrs_.k >= kInt4ShuffleMinWeights;
+    if (shuffle != 0 && !force_ref_ && (shuffle >= 2 || large)) {
       const std::string why = ShuffleInPlace(info);
-      if (!why.empty() && shuffle == 2) {
+      if (!why.empty() && shuffle == 3) {
         throw OpError("MatMulInt4 node '" + NodeName(info) + "': PYQUANT_INT4_SHUFFLE=require, but B stays " +
                       "row-major: " + why);
       }

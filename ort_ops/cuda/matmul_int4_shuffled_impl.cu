@@ -23,6 +23,8 @@
 // Preconditions (the op checks them before rewriting B): T = __half / __nv_bfloat16, N % 128 == 0,
 // K % 64 == 0, block_size in {64, 128, 256}, finite scales with -zp * scale finite in T (the
 // Hopper GEMM's own precondition; the slow path still guards the activations).
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <type_traits>
 
@@ -182,16 +184,19 @@ __device__ __forceinline__ void LoadShufGroup(ShufGroup<T, NT, U>& f, const uint
   }
 }
 
-template <typename T, int MT8, int NT, int kWarps, int U>
+template <typename T, int MT8, int NT, int kWarps, int U, int kS>
 __global__ void __launch_bounds__(kWarps * 32)
     int4_shuffled_mma_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
                              const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
                              bool weights_early) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gr = lane >> 2, tq = lane & 3;
-  const int nt0 = blockIdx.x * NT;
+  const int rank = kS > 1 ? static_cast<int>(blockIdx.x % kS) : 0;  // K slice (cluster rank)
+  const int nt0 = (blockIdx.x / kS) * NT;
   const int m0 = blockIdx.y * 8 * MT8;
   const int groups = (g.k >> 4) / U;
+  // Worker (warp, rank) takes groups worker, worker + kWarps * kS, ...
+  const int worker = warp * kS + rank;
 
   float acc[NT][MT8][4];
 #pragma unroll
@@ -214,12 +219,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   PdlAllowDependents();
   if (!weights_early) PdlWaitPrimary();
   ShufGroup<T, NT, U> cur;
-  int grp = warp;
+  int grp = worker;
   if (grp < groups) LoadShufGroup<T, NT, U>(cur, b, scales, zp, g, nt0, grp, lane);
   if (weights_early) PdlWaitPrimary();  // X and Y only after the previous grid is complete
-  for (; grp < groups; grp += kWarps) {
+  for (; grp < groups; grp += kWarps * kS) {
     ShufGroup<T, NT, U> nxt;
-    const int gn = grp + kWarps;
+    const int gn = grp + kWarps * kS;
     if (gn < groups) LoadShufGroup<T, NT, U>(nxt, b, scales, zp, g, nt0, gn, lane);
     ShufRows<T> rows[NT];
 #pragma unroll
@@ -246,8 +251,16 @@ __global__ void __launch_bounds__(kWarps * 32)
     cur = nxt;
   }
 
-  // Sum the warps' partial tiles (fixed order), one n16 tile at a time, and store.
+  // Sum the warps' partial tiles (fixed order), one n16 tile at a time; with kS > 1 the CTA's sums
+  // go to `tile`, and rank 0 adds the cluster's tiles (distributed shared memory, rank order).
   __shared__ float red[kWarps][MT8 * 4][32];
+  __shared__ float tile[kS > 1 ? NT : 1][kS > 1 ? MT8 * 4 : 1][32];
+  auto store = [&](int j, int e, float v) {
+    const int i = e >> 2, r = e & 3;
+    const int n = 16 * (nt0 + j) + (lane >> 2) + (r >= 2 ? 8 : 0);
+    const int tok = m0 + 8 * i + 2 * (lane & 3) + (r & 1);
+    if (tok < g.m) y[int64_t(tok) * g.n + n] = StoreT<T>(bias ? v + LoadF(bias, n) : v);
+  };
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     if (j > 0) __syncthreads();
@@ -260,24 +273,44 @@ __global__ void __launch_bounds__(kWarps * 32)
       float v = 0.0f;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) v += red[w][e][lane];
-      const int i = e >> 2, r = e & 3;
-      const int n = 16 * (nt0 + j) + gr + (r >= 2 ? 8 : 0);
-      const int tok = m0 + 8 * i + 2 * tq + (r & 1);
-      if (tok < g.m) y[int64_t(tok) * g.n + n] = StoreT<T>(bias ? v + LoadF(bias, n) : v);
+      if constexpr (kS > 1) {
+        tile[j][e][lane] = v;
+      } else {
+        store(j, e, v);
+      }
     }
+  }
+  if constexpr (kS > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every rank's tile is written
+    if (rank == 0) {
+      for (int je = warp; je < NT * MT8 * 4; je += kWarps) {
+        const int j = je / (MT8 * 4), e = je % (MT8 * 4);
+        float v = tile[j][e][lane];
+#pragma unroll
+        for (int q = 1; q < kS; ++q) v += cluster.map_shared_rank(&tile[0][0][0], q)[(j * MT8 * 4 + e) * 32 + lane];
+        store(j, e, v);
+      }
+    }
+    cluster.sync();  // rank 0 is done reading the others' shared memory before they exit
+#endif
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // The CUDA-core GEMV (M <= 4). grid = (N / (16 kTiles)) * (8 / kP), block = kThreads.
 // A CTA owns pieces p_off .. p_off + kP - 1 (rows p and p + 8 of each) of kTiles n16 tiles; thread t
-// owns piece p = p_off + t % kP (rows r0 = 16 nt + p, r1 = r0 + 8) at k-tiles kt = t / kP + i *
-// kThreads / kP, i = 0, 1, ...: a warp's 16-byte loads cover 32 / kP k-tiles x 16 kP contiguous
-// bytes (whole 32-byte sectors). kP < 8 gives more, smaller CTAs (4096 x 4096: 256 CTAs at kP = 8
-// is 2 per SM). The thread's pieces go in groups of kU (kU * kTiles 16-byte loads issued
-// together, the next group's before the current group's arithmetic: at K = 4096 and 128 threads
-// a thread has 16 pieces per tile, and bytes in flight per SM set the streaming rate). X's 16
-// activations of a k-tile (two 16-byte L1 loads per token) serve the thread's 2 kTiles rows.
+// owns piece p = p_off + t % kP (rows r0 = 16 nt + p, r1 = r0 + 8) in the units (kU consecutive
+// k-tiles, inside one block) u = t / kP + i * kThreads / kP, i = 0, 1, ...: a warp's 16-byte loads
+// cover 32 / kP k-tiles x 16 kP contiguous bytes (whole 32-byte sectors). A unit's kU * kTiles
+// loads are issued together, the next unit's before the current one's arithmetic (bytes in flight
+// per SM set the streaming rate), and its scales, zero points and decode constants are read once
+// (a first version took one piece per block, with its scales, and ran at 53-69 % of the floor
+// against the row-major GEMV's 56-82 %: 2026-11-24-h100-s9-shufvariants-bench-cuda.md). kP < 8
+// gives more, smaller CTAs (4096 x 4096: 256 CTAs at kP = 8 is 2 per SM). X's 16 activations of
+// a k-tile (two 16-byte L1 loads per token) serve the thread's 2 kTiles rows.
 // ---------------------------------------------------------------------------------------------
 template <typename T>
 using ShufT2 = std::conditional_t<std::is_same<T, __half>::value, __half2, __nv_bfloat162>;
@@ -319,13 +352,15 @@ __global__ void __launch_bounds__(kThreads)
                               bool weights_early) {
   using T2 = ShufT2<T>;
   static_assert(kP == 2 || kP == 4 || kP == 8, "pieces per CTA tile");
-  constexpr int kStride = kThreads / kP;  // k-tiles between a thread's pieces
+  static_assert(kU == 2 || kU == 4, "a unit of kU k-tiles must lie in one block (block_size >= 64)");
+  constexpr int kGroups = kThreads / kP;  // thread groups along K
   const int p_off = (blockIdx.x % (8 / kP)) * kP;
   const int p = p_off + threadIdx.x % kP;
-  const int kt0 = threadIdx.x / kP;
+  const int grp = threadIdx.x / kP;
   const int nt0 = (blockIdx.x / (8 / kP)) * kTiles;
-  const int ntt = g.n >> 4, kts = g.k >> 4;
-  const int pieces = kt0 < kts ? (kts - kt0 + kStride - 1) / kStride : 0;  // per tile, this thread
+  const int ntt = g.n >> 4;
+  const int units = (g.k >> 4) / kU;  // K % 64 == 0
+  const int my_units = grp < units ? (units - grp + kGroups - 1) / kGroups : 0;
 
   float acc[kM][kTiles][2];
 #pragma unroll
@@ -333,58 +368,74 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) acc[m][j][0] = acc[m][j][1] = 0.0f;
 
-  // Piece i of tile j (i clamped to the last one: unconditional loads stay hoisted; the extra
-  // pieces are never used).
-  auto piece_kt = [&](int i) { return kt0 + kStride * min(i, max(pieces - 1, 0)); };
+  // Unit i of this thread (clamped to its last: unconditional loads stay hoisted; extra units are
+  // never used); its k-tiles are unit * kU .. + kU - 1.
+  auto unit_of = [&](int i) { return grp + kGroups * min(i, max(my_units - 1, 0)); };
   auto piece_ptr = [&](int j, int kt) {
     return b + (int64_t(nt0 + j) + int64_t(ntt) * kt) * kInt4ShuffleTileBytes + kInt4ShufflePieceBytes * p;
   };
   PdlAllowDependents();
   if (!weights_early) PdlWaitPrimary();
   uint4 cur[kU][kTiles];
-  if (pieces > 0) {
+  if (my_units > 0) {
+    const int u0 = unit_of(0);
 #pragma unroll
     for (int u = 0; u < kU; ++u)
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j) cur[u][j] = LoadStream16(piece_ptr(j, piece_kt(u)));
+      for (int j = 0; j < kTiles; ++j) cur[u][j] = LoadStream16(piece_ptr(j, u0 * kU + u));
   }
   if (weights_early) PdlWaitPrimary();
   bool slow = false;
-  for (int i0 = 0; i0 < pieces; i0 += kU) {
+  for (int i = 0; i < my_units; ++i) {
+    const int unit = unit_of(i);
     uint4 nxt[kU][kTiles];
-    if (i0 + kU < pieces) {
+    if (i + 1 < my_units) {
+      const int un = unit_of(i + 1);
 #pragma unroll
       for (int u = 0; u < kU; ++u)
 #pragma unroll
-        for (int j = 0; j < kTiles; ++j) nxt[u][j] = LoadStream16(piece_ptr(j, piece_kt(i0 + kU + u)));
+        for (int j = 0; j < kTiles; ++j) nxt[u][j] = LoadStream16(piece_ptr(j, un * kU + u));
     }
+    const int blk = (unit * kU * 16) >> g.bs_log2;
+    float s[kTiles][2];
+    ShufRows<T> rows[kTiles];
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      int z[2];
+      RowBlock(scales, zp, g, 16 * (nt0 + j) + p, blk, &s[j][0], &z[0]);
+      RowBlock(scales, zp, g, 16 * (nt0 + j) + p + 8, blk, &s[j][1], &z[1]);
+      rows[j] = MakeShufRows<T>(s[j][0], z[0], s[j][1], z[1]);
+    }
+    float part[kM][kTiles][2];
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) part[m][j][0] = part[m][j][1] = 0.0f;
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
-      if (i0 + u >= pieces) break;
-      const int kt = piece_kt(i0 + u);
-      const int blk = (kt * 16) >> g.bs_log2;
+      const int kt = unit * kU + u;
       T2 xp[kM][2][4];
 #pragma unroll
       for (int m = 0; m < kM; ++m) LoadShufX<T>(x, g, m, kt, xp[m]);
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
-        float s[2];
-        int z[2];
-        RowBlock(scales, zp, g, 16 * (nt0 + j) + p, blk, &s[0], &z[0]);
-        RowBlock(scales, zp, g, 16 * (nt0 + j) + p + 8, blk, &s[1], &z[1]);
         T2 wr[2][2][4];
-        DecodeShufPiece<T, false>(cur[u][j], MakeShufRows<T>(s[0], z[0], s[1], z[1]), wr);
+        DecodeShufPiece<T, false>(cur[u][j], rows[j], wr);
 #pragma unroll
-        for (int m = 0; m < kM; ++m) {
+        for (int m = 0; m < kM; ++m)
 #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const float part = ChainSum(wr[r][0], xp[m][0]) + ChainSum(wr[r][1], xp[m][1]);
-            slow |= !isfinite(part);
-            acc[m][j][r] = fmaf(part, s[r], acc[m][j][r]);
-          }
-        }
+          for (int r = 0; r < 2; ++r) part[m][j][r] += ChainSum(wr[r][0], xp[m][0]) + ChainSum(wr[r][1], xp[m][1]);
       }
     }
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          slow |= !isfinite(part[m][j][r]);
+          acc[m][j][r] = fmaf(part[m][j][r], s[j][r], acc[m][j][r]);
+        }
 #pragma unroll
     for (int u = 0; u < kU; ++u)
 #pragma unroll
@@ -396,23 +447,27 @@ __global__ void __launch_bounds__(kThreads)
     for (int m = 0; m < kM; ++m)
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) acc[m][j][0] = acc[m][j][1] = 0.0f;
-    for (int i = 0; i < pieces; ++i) {
-      const int kt = piece_kt(i);
-      const int blk = (kt * 16) >> g.bs_log2;
+    for (int i = 0; i < my_units; ++i) {
+      const int unit = unit_of(i);
+      const int blk = (unit * kU * 16) >> g.bs_log2;
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
         float s[2];
         int z[2];
         RowBlock(scales, zp, g, 16 * (nt0 + j) + p, blk, &s[0], &z[0]);
         RowBlock(scales, zp, g, 16 * (nt0 + j) + p + 8, blk, &s[1], &z[1]);
-        T2 wr[2][2][4];
-        DecodeShufPiece<T, true>(LoadStream16(piece_ptr(j, kt)), MakeShufRows<T>(s[0], z[0], s[1], z[1]), wr);
+        const ShufRows<T> rows = MakeShufRows<T>(s[0], z[0], s[1], z[1]);
+        for (int u = 0; u < kU; ++u) {
+          const int kt = unit * kU + u;
+          T2 wr[2][2][4];
+          DecodeShufPiece<T, true>(LoadStream16(piece_ptr(j, kt)), rows, wr);
 #pragma unroll
-        for (int m = 0; m < kM; ++m) {
-          T2 xp[2][4];
-          LoadShufX<T>(x, g, m, kt, xp);
+          for (int m = 0; m < kM; ++m) {
+            T2 xp[2][4];
+            LoadShufX<T>(x, g, m, kt, xp);
 #pragma unroll
-          for (int r = 0; r < 2; ++r) acc[m][j][r] += ShortChainSum(wr[r][0], xp[0]) + ShortChainSum(wr[r][1], xp[1]);
+            for (int r = 0; r < 2; ++r) acc[m][j][r] += ShortChainSum(wr[r][0], xp[0]) + ShortChainSum(wr[r][1], xp[1]);
+          }
         }
       }
     }
@@ -445,12 +500,31 @@ __global__ void __launch_bounds__(kThreads)
 
 bool AlignedTo(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
 
-template <typename T, int MT8, int NT, int kWarps, int U>
+// kS > 1: clusters of kS CTAs split K (sm_90: the only GPUs where B is shuffled).
+template <typename T, int MT8, int NT, int kWarps, int U, int kS = 1>
 void LaunchShufMma(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y, const Int4Geom& g,
                    PdlMode pdl, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(g.n / (16 * NT)), static_cast<unsigned>((g.m + 8 * MT8 - 1) / (8 * MT8)));
-  (void)LaunchWithPdl(int4_shuffled_mma_kernel<T, MT8, NT, kWarps, U>, grid, dim3(32 * kWarps), stream, pdl.launch, x,
-                      b, s, zp, bias, y, g, pdl.weights_early);
+  const dim3 grid(static_cast<unsigned>(g.n / (16 * NT) * kS), static_cast<unsigned>((g.m + 8 * MT8 - 1) / (8 * MT8)));
+  auto kernel = int4_shuffled_mma_kernel<T, MT8, NT, kWarps, U, kS>;
+  if constexpr (kS == 1) {
+    (void)LaunchWithPdl(kernel, grid, dim3(32 * kWarps), stream, pdl.launch, x, b, s, zp, bias, y, g,
+                        pdl.weights_early);
+  } else {
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kS;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(32 * kWarps);
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl.launch ? 2 : 1;
+    (void)cudaLaunchKernelEx(&cfg, kernel, x, b, s, zp, bias, y, g, pdl.weights_early);
+  }
 }
 
 template <typename T, int kP, int kTiles, int kThreads, int kU>
@@ -465,10 +539,13 @@ void LaunchShufGemv(const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
 }
 
 // The mma kernel's configuration: MT8 by M (1, 2, 4, then 8 with grid.y covering the rest) and
-// (NT, warps, U) by variant:
-//   0: (1, 8, 4)   1: (2, 8, 4)   2: (1, 16, 4)   3: (2, 4, 4)   4: (4, 8, 4), NT 2 from MT8 = 4
-// variant < 0: 1 when N / 32 CTAs fill every SM at least twice, else 0 (fewer, fatter CTAs leave
-// SMs idle: 4096 x 4096 has N / 16 = 256 tiles for 132 SMs).
+// (NT, warps, U, cluster split kS) by variant (NT4 = 4 up to MT8 = 2, else 2: registers / smem):
+//   0: (1, 8, 4, 1)    1: (2, 8, 4, 1)    2: (1, 16, 4, 1) (8 warps at MT8 8: smem)
+//   3: (NT4, 8, 4, 2)  4: (NT4, 8, 4, 1)  5: (NT4, 8, 4, 4)  6: (2, 8, 4, 2)  7: (2, 4, 4, 4)
+// variant < 0: 4 when N / 64 CTAs fill the SMs, else 5: every CTA reads all of X's K range (or
+// its kS-th), so fewer, wider CTAs cut the L2 -> SM traffic of X (at M = 32 on 4096 x 4096 with
+// NT = 1 it is 256 CTAs x 256 KB) and clusters restore the CTA count
+// (2026-11-24-h100-s9-shufvariants-bench-cuda.md).
 int CurrentSmCount() {
   int dev = 0;
   return cudaGetDevice(&dev) == cudaSuccess ? CudaSmCount(dev) : 132;
@@ -477,19 +554,29 @@ int CurrentSmCount() {
 template <typename T, int MT8>
 void LaunchShufMmaMt(int variant, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
                      const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
-  if (variant < 0) variant = g.n / 32 >= 2 * CurrentSmCount() ? 1 : 0;
+  constexpr int kNt4 = MT8 <= 2 ? 4 : 2;
+  if (variant < 0) variant = g.n / 64 >= CurrentSmCount() ? 4 : 5;
   switch (variant) {
     case 1:
       LaunchShufMma<T, MT8, 2, 8, 4>(x, b, s, zp, bias, y, g, pdl, stream);
       break;
     case 2:
-      LaunchShufMma<T, MT8, 1, (MT8 <= 4 ? 16 : 8), 4>(x, b, s, zp, bias, y, g, pdl, stream);  // smem: 8 warps at MT8 8
+      LaunchShufMma<T, MT8, 1, (MT8 <= 4 ? 16 : 8), 4>(x, b, s, zp, bias, y, g, pdl, stream);
       break;
     case 3:
-      LaunchShufMma<T, MT8, 2, 4, 4>(x, b, s, zp, bias, y, g, pdl, stream);
+      LaunchShufMma<T, MT8, kNt4, 8, 4, 2>(x, b, s, zp, bias, y, g, pdl, stream);
       break;
     case 4:
-      LaunchShufMma<T, MT8, (MT8 <= 2 ? 4 : 2), 8, 4>(x, b, s, zp, bias, y, g, pdl, stream);
+      LaunchShufMma<T, MT8, kNt4, 8, 4>(x, b, s, zp, bias, y, g, pdl, stream);
+      break;
+    case 5:
+      LaunchShufMma<T, MT8, kNt4, 8, 4, 4>(x, b, s, zp, bias, y, g, pdl, stream);
+      break;
+    case 6:
+      LaunchShufMma<T, MT8, 2, 8, 4, 2>(x, b, s, zp, bias, y, g, pdl, stream);
+      break;
+    case 7:
+      LaunchShufMma<T, MT8, 2, 4, 4, 4>(x, b, s, zp, bias, y, g, pdl, stream);
       break;
     default:
       LaunchShufMma<T, MT8, 1, 8, 4>(x, b, s, zp, bias, y, g, pdl, stream);
@@ -560,7 +647,7 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
       // (kP, kTiles, threads, kU) per variant: the comment above kInt4ShuffledGemvVariantBase.
       switch (variant < 0 ? 0 : variant - kInt4ShuffledGemvVariantBase) {
         case 1:
-          LaunchShufGemv<T, 8, 1, 128, 8>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+          LaunchShufGemv<T, 8, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
           break;
         case 2:
           LaunchShufGemv<T, 2, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);

@@ -56,7 +56,7 @@ def test_int4_shuffled_every_m(rng, dtype, bs, symmetric, kn):
     _check_int4(sess, rng, ALL_M, k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
-@pytest.mark.parametrize("variant", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("variant", range(8))
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_int4_shuffled_mma_variants(rng, variant, dtype, symmetric):

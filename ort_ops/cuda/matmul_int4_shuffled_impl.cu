@@ -542,10 +542,12 @@ void LaunchShufGemv(const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
 // (NT, warps, U, cluster split kS) by variant (NT4 = 4 up to MT8 = 2, else 2: registers / smem):
 //   0: (1, 8, 4, 1)    1: (2, 8, 4, 1)    2: (1, 16, 4, 1) (8 warps at MT8 8: smem)
 //   3: (NT4, 8, 4, 2)  4: (NT4, 8, 4, 1)  5: (NT4, 8, 4, 4)  6: (2, 8, 4, 2)  7: (2, 4, 4, 4)
-// variant < 0: 4 when N / 64 CTAs fill the SMs, else 5: every CTA reads all of X's K range (or
+// variant < 0: 4 when N / 64 CTAs fill the SMs, else 3: every CTA reads all of X's K range (or
 // its kS-th), so fewer, wider CTAs cut the L2 -> SM traffic of X (at M = 32 on 4096 x 4096 with
-// NT = 1 it is 256 CTAs x 256 KB) and clusters restore the CTA count
-// (2026-11-24-h100-s9-shufvariants-bench-cuda.md).
+// NT = 1 it is 256 CTAs x 256 KB) and clusters restore the CTA count. H100, 4096 x 14336 at
+// M = 2 / 4 / 8 / 16: variant 4 14.7 / 14.8 / 15.1 / 20.1 us against 15.9 / 24.2 / 22.2 / 23.6 for
+// the row-major kernels; 4096 x 4096 (PYQUANT_INT4_SHUFFLE=all): variant 3 9.6 / 9.5 / 9.7 / 12.4
+// against 6.1 / 9.1 / 9.6 / 8.9 (2026-11-24-h100-s9-shufvariants2-bench-cuda.md).
 int CurrentSmCount() {
   int dev = 0;
   return cudaGetDevice(&dev) == cudaSuccess ? CudaSmCount(dev) : 132;
@@ -555,7 +557,7 @@ template <typename T, int MT8>
 void LaunchShufMmaMt(int variant, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
                      const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   constexpr int kNt4 = MT8 <= 2 ? 4 : 2;
-  if (variant < 0) variant = g.n / 64 >= CurrentSmCount() ? 4 : 5;
+  if (variant < 0) variant = g.n / 64 >= CurrentSmCount() ? 4 : 3;
   switch (variant) {
     case 1:
       LaunchShufMma<T, MT8, 2, 8, 4>(x, b, s, zp, bias, y, g, pdl, stream);
@@ -645,7 +647,7 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
     if (AlignedTo(x, 16) && p.m <= kInt4ShuffledGemvMaxM && (variant < 0 || variant_is_gemv) &&
         (variant_is_gemv || p.m <= kInt4ShuffledGemvDefaultMaxM)) {
       // (kP, kTiles, threads, kU) per variant: the comment above kInt4ShuffledGemvVariantBase.
-      switch (variant < 0 ? 0 : variant - kInt4ShuffledGemvVariantBase) {
+      switch (variant < 0 ? 1 : variant - kInt4ShuffledGemvVariantBase) {
         case 1:
           LaunchShufGemv<T, 8, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
           break;

@@ -107,7 +107,8 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 //   LaunchMatMulInt4Shuffled: p.b in the shuffled order, T = __half / __nv_bfloat16, block_size
 //     64 / 128 / 256: the CUDA-core GEMV for M <= kInt4ShuffledGemvDefaultMaxM (16-byte aligned X),
 //     else the mma.sync kernel (4-byte aligned X), else the reference. variant: -1 = default;
-//     0..7 the mma kernel's (NT, warps, U, cluster) configurations; kInt4ShuffledGemvVariantBase + v the
+//     0..7 the mma kernel's (NT, warps, U, cluster) configurations; 8, 9 the wide kernel (below);
+//     kInt4ShuffledGemvVariantBase + v the
 //     GEMV's (pieces per CTA tile, tiles, threads, k-tiles per unit) configuration v: 0: (4, 1,
 //     128, 4), 1: (8, 1, 128, 4), 2: (2, 1, 128, 4), 3: (4, 2, 128, 4), 4: (8, 2, 128, 4), up to
 //     M = kInt4ShuffledGemvMaxM.
@@ -122,6 +123,14 @@ constexpr int64_t kInt4ShuffledGemvMaxM = 4;
 // against 12.4 for the row-major GEMV), the mma kernel from M = 2 (14.7 against 16.8 for the GEMV).
 constexpr int64_t kInt4ShuffledGemvDefaultMaxM = 1;
 constexpr int kInt4ShuffledGemvVariantBase = 10;
+// Variants kInt4ShuffledWideVariantBase + v: the wide shared-memory mma kernel
+// (matmul_int4_shuffled_wide_impl.cu; v = 0: automatic tile and K split, 1: 128-row CTAs). By default it serves kInt4ShuffledWideMinM <= M below the Hopper GEMM.
+constexpr int kInt4ShuffledWideVariantBase = 8;
+constexpr int kInt4ShuffledWideVariants = 2;
+constexpr int64_t kInt4ShuffledWideMinM = int64_t{1} << 40;  // off until measured
+// On a node with B rewritten in place, the Hopper GEMM from M = max(its usual start,
+// kInt4ShuffledSm90MinM) (unless PYQUANT_INT4_SM90_MIN_M is set); below, the shuffled kernels.
+constexpr int64_t kInt4ShuffledSm90MinM = 0;
 size_t Int4ShuffledWeightBytes(int64_t n, int64_t k);
 cudaError_t ShuffleInt4Weights(const uint8_t* src, int64_t row_bytes, int64_t n, int64_t k, void* dst,
                                cudaStream_t stream);

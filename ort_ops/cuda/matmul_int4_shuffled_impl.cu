@@ -31,6 +31,7 @@
 #include "cuda/device_info.h"
 #include "cuda/matmul_int4.h"
 #include "cuda/matmul_int4_impl.cuh"
+#include "cuda/matmul_int4_shuffled_impl.cuh"
 #include "cuda/pdl.h"
 #include "layout/int4_shuffled.h"
 
@@ -80,70 +81,6 @@ __global__ void int4_shuffled_ref_kernel(const T* __restrict__ x, const uint8_t*
   }
   if (bias) acc += LoadF(bias, col);
   y[row * g.n + col] = StoreT<T>(acc);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Decode of one shuffled word (layout/int4_shuffled.h) with the per-row constants of its block.
-// Out: w[0] = row r0 at k (2w, 2w+1), w[1] = r1 there, w[2] = r0 at (2w+8, 2w+9), w[3] = r1 there:
-// exactly the A registers a0..a3 of mma.sync m16n8k16 (matmul_int4_impl.cuh, Mma16816).
-//   kScaled = true: (q - zp) * s, rounded once to T (the MMA path, like DequantWord);
-//   false: q - zp, exact (the GEMV's fast path, scale applied in fp32 per piece).
-// fp16 takes r1 from nibble position 4 (1024 + 16 q, exact; / 16 folded into an fma) to save
-// two shifts; bf16 cannot (128 + 16 q leaves its 8-bit significand) and shifts.
-// ---------------------------------------------------------------------------------------------
-template <typename T>
-struct ShufRows {
-  uint32_t zb0, zb1, s0, s1;  // zb1: fp16 = -(64 + zp1) pairs, bf16 = kBias + zp1 pairs
-};
-
-template <typename T>
-__device__ __forceinline__ ShufRows<T> MakeShufRows(float s0, int z0, float s1, int z1) {
-  ShufRows<T> r;
-  r.zb0 = ZeroBias2<T>(z0);
-  if constexpr (std::is_same<T, __half>::value) {
-    const __half v = __float2half_rn(-64.0f - float(z1));
-    r.zb1 = Pack2<__half>(v, v);
-  } else {
-    r.zb1 = ZeroBias2<T>(z1);
-  }
-  const T a = StoreT<T>(s0), b = StoreT<T>(s1);
-  r.s0 = Pack2<T>(a, a);
-  r.s1 = Pack2<T>(b, b);
-  return r;
-}
-
-template <typename T, bool kScaled>
-__device__ __forceinline__ void DecodeShufWord(uint32_t v, const ShufRows<T>& r, uint32_t (&w)[4]) {
-  constexpr uint32_t kMagic = Int4Magic<T>::kBits;
-  const uint32_t v8 = v >> 8;
-  w[0] = Sub2<T>(Lop3AndOr(v, 0x000F000Fu, kMagic), r.zb0);
-  w[2] = Sub2<T>(Lop3AndOr(v8, 0x000F000Fu, kMagic), r.zb0);
-  if constexpr (std::is_same<T, __half>::value) {
-    const __half2 sixteenth = __float2half2_rn(0.0625f);
-    const uint32_t b = Lop3AndOr(v, 0x00F000F0u, kMagic), d = Lop3AndOr(v8, 0x00F000F0u, kMagic);
-    const __half2 nzb = *reinterpret_cast<const __half2*>(&r.zb1);
-    const __half2 w1 = __hfma2(*reinterpret_cast<const __half2*>(&b), sixteenth, nzb);
-    const __half2 w3 = __hfma2(*reinterpret_cast<const __half2*>(&d), sixteenth, nzb);
-    w[1] = *reinterpret_cast<const uint32_t*>(&w1);
-    w[3] = *reinterpret_cast<const uint32_t*>(&w3);
-  } else {
-    w[1] = Sub2<T>(Lop3AndOr(v >> 4, 0x000F000Fu, kMagic), r.zb1);
-    w[3] = Sub2<T>(Lop3AndOr(v >> 12, 0x000F000Fu, kMagic), r.zb1);
-  }
-  if constexpr (kScaled) {
-    w[0] = Mul2<T>(w[0], r.s0);
-    w[2] = Mul2<T>(w[2], r.s0);
-    w[1] = Mul2<T>(w[1], r.s1);
-    w[3] = Mul2<T>(w[3], r.s1);
-  }
-}
-
-// Scale and zero point of row `row`, block blk.
-template <typename T>
-__device__ __forceinline__ void RowBlock(const T* __restrict__ scales, const uint8_t* __restrict__ zp, const Int4Geom& g,
-                                         int row, int blk, float* s, int* z) {
-  *s = LoadF(scales, int64_t(row) * g.nb + blk);
-  *z = zp ? Int4ZeroPointAt(zp + int64_t(row) * g.zp_row_bytes, blk) : kInt4SymmetricZeroPoint;
 }
 
 __device__ __forceinline__ uint32_t LoadStream4(const void* p) {
@@ -500,6 +437,15 @@ __global__ void __launch_bounds__(kThreads)
 
 bool AlignedTo(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
 
+// The wide shared-memory kernel (matmul_int4_shuffled_wide_impl.cu) instead of the register mma
+// kernel: when a wide variant is pinned, or by default for kInt4ShuffledWideMinM <= M.
+bool UseShufWide(int variant, int m, int n, int k) {
+  (void)n;
+  (void)k;
+  if (variant >= kInt4ShuffledWideVariantBase && variant < kInt4ShuffledGemvVariantBase) return true;
+  return variant < 0 && m >= kInt4ShuffledWideMinM;
+}
+
 // kS > 1: clusters of kS CTAs split K (sm_90: the only GPUs where B is shuffled).
 template <typename T, int MT8, int NT, int kWarps, int U, int kS = 1>
 void LaunchShufMma(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y, const Int4Geom& g,
@@ -663,8 +609,12 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
         default:
           LaunchShufGemv<T, 4, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
       }
+    } else if (UseShufWide(variant, g.m, g.n, g.k) && AlignedTo(x, 16) && g.m <= 65535 * 64) {
+      const int wide = variant >= kInt4ShuffledWideVariantBase ? variant - kInt4ShuffledWideVariantBase : 0;
+      return LaunchInt4ShufWide<T>(wide, x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
     } else if (AlignedTo(x, 4) && g.m <= 65535 * 64) {
-      LaunchShufMmaVariant<T>(variant_is_gemv ? -1 : variant, x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+      const bool mma_variant = variant >= 0 && variant < kInt4ShuffledWideVariantBase;
+      LaunchShufMmaVariant<T>(mma_variant ? variant : -1, x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
     } else {
       return LaunchMatMulInt4ShuffledRef<T>(p, stream);
     }

@@ -1,11 +1,11 @@
 """MatMulInt4 on a B that the CUDA op rewrote in place in the shuffled order
 (ort_ops/layout/int4_shuffled.h; matmul_int4_op.cc ShuffleInPlace; kernels in
 matmul_int4_shuffled_impl.cu and the Hopper GEMM), against the float64 reference of the
-row-major codes: every M range (CUDA-core GEMV, mma.sync kernel at MT8 = 1 / 2 / 4 / 8 with grid.y
-beyond, the Hopper GEMM), every kernel variant, block sizes 64 / 128 / 256, symmetric and
-asymmetric (random codes and zero points over 0..15), bias, fp16 and bf16, large activations
-(the GEMV's slow path), zero points and a B shared by two nodes, and a second session on the same
-model. Outputs are poisoned (NaN) before each run.
+row-major codes: every M range (CUDA-core GEMV, mma.sync kernel at MT8 = 1 / 2 / 4 / 8 with
+grid.y beyond, the wide shared-memory kernel, the Hopper GEMM), every kernel variant, block
+sizes 64 / 128 / 256, symmetric and asymmetric (random codes and zero points over 0..15), bias,
+fp16 and bf16, large activations (the GEMV's slow path), zero points and a B shared by two
+nodes, and a second session on the same model. Outputs are poisoned (NaN) before each run.
 
 PYQUANT_INT4_SHUFFLE=require makes session creation fail unless B was rewritten, so these tests
 prove the path ran; they need the Hopper GEMM (sm_90a build, compute capability 9.0).
@@ -67,6 +67,43 @@ def test_int4_shuffled_mma_variants(rng, variant, dtype, symmetric):
         model, PYQUANT_INT4_SHUF_VARIANT=str(variant), PYQUANT_INT4_SM90_MIN_M=str(1 << 40)
     )
     _check_int4(sess, rng, [1, 3, 5, 8, 9, 16, 17, 32, 40, 64, 300], k, n, bs, dtype, b, scales_t, zp, bias_t)
+
+
+@pytest.mark.parametrize("variant", [8, 9])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize(
+    "kn_bs",
+    [
+        (2048, 768, 64),  # 3 row blocks of 256 (128 with variant 9): cluster split kS = 8
+        (1984, 384, 128),  # N % 256 != 0: 128-row CTAs; K ends in a partial 128 block; kS = 8
+        (1024, 6656, 256),  # kS = 4 at M <= 8, 2 at M = 64, 1 at M = 300 (grid.y = 5)
+    ],
+)
+def test_int4_shuffled_wide_variants(rng, variant, dtype, symmetric, kn_bs):
+    """The wide shared-memory kernel (variants 8, 9; matmul_int4_shuffled_wide_impl.cu) at every
+    MT8 (1, 2, 4, 8) with grid.y beyond 64 tokens and partial token tiles, every K split
+    (kS = 1, 2, 4, 8), with the Hopper GEMM off."""
+    k, n, bs = kn_bs
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
+    sess = _shuffled_session(
+        model, PYQUANT_INT4_SHUF_VARIANT=str(variant), PYQUANT_INT4_SM90_MIN_M=str(1 << 40)
+    )
+    ms = [1, 3, 8, 9, 16, 17, 32, 33, 64, 65, 130, 300]
+    _check_int4(sess, rng, ms, k, n, bs, dtype, b, scales_t, zp, bias_t)
+
+
+@pytest.mark.parametrize("m", [1, 17, 100])
+def test_int4_shuffled_wide_deterministic(rng, m):
+    """The cluster split sums partial tiles in rank order: the same input gives bit-identical
+    outputs run after run (kS = 8 on this shape)."""
+    k, n, bs, dtype = 2048, 768, 128, "float16"
+    model, *_ = _int4_case(rng, k, n, bs, dtype, False, True)
+    sess = _shuffled_session(model, PYQUANT_INT4_SHUF_VARIANT="8", PYQUANT_INT4_SM90_MIN_M=str(1 << 40))
+    x = _as_t(rng.standard_normal((m, k)), dtype)
+    first = run_cuda(sess, x, n, dtype)
+    for _ in range(5):
+        assert np.array_equal(run_cuda(sess, x, n, dtype), first)
 
 
 @pytest.mark.parametrize("variant", [10, 11, 12, 13, 14])

@@ -1,0 +1,97 @@
+// Device building blocks of the kernels on the shuffled weight order (layout/int4_shuffled.h),
+// shared by matmul_int4_shuffled_impl.cu (GEMV, register mma kernel, reference, the rewrite) and
+// matmul_int4_shuffled_wide_impl.cu (the shared-memory mma kernel), plus the latter's launcher.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+#include "cuda/matmul_int4_impl.cuh"
+#include "cuda/pdl.h"
+
+namespace pyquant {
+namespace cuda_detail {
+
+// ---------------------------------------------------------------------------------------------
+// Decode of one shuffled word (layout/int4_shuffled.h) with the per-row constants of its block.
+// Out: w[0] = row r0 at k (2w, 2w+1), w[1] = r1 there, w[2] = r0 at (2w+8, 2w+9), w[3] = r1 there:
+// exactly the A registers a0..a3 of mma.sync m16n8k16 (matmul_int4_impl.cuh, Mma16816).
+//   kScaled = true: (q - zp) * s, rounded once to T (the MMA path, like DequantWord);
+//   false: q - zp, exact (the GEMV's fast path, scale applied in fp32 per piece).
+// fp16 takes r1 from nibble position 4 (1024 + 16 q, exact; / 16 folded into an fma) to save
+// two shifts; bf16 cannot (128 + 16 q leaves its 8-bit significand) and shifts.
+// ---------------------------------------------------------------------------------------------
+template <typename T>
+struct ShufRows {
+  uint32_t zb0, zb1, s0, s1;  // zb1: fp16 = -(64 + zp1) pairs, bf16 = kBias + zp1 pairs
+};
+
+template <typename T>
+__device__ __forceinline__ ShufRows<T> MakeShufRows(float s0, int z0, float s1, int z1) {
+  ShufRows<T> r;
+  r.zb0 = ZeroBias2<T>(z0);
+  if constexpr (std::is_same<T, __half>::value) {
+    const __half v = __float2half_rn(-64.0f - float(z1));
+    r.zb1 = Pack2<__half>(v, v);
+  } else {
+    r.zb1 = ZeroBias2<T>(z1);
+  }
+  const T a = StoreT<T>(s0), b = StoreT<T>(s1);
+  r.s0 = Pack2<T>(a, a);
+  r.s1 = Pack2<T>(b, b);
+  return r;
+}
+
+template <typename T, bool kScaled>
+__device__ __forceinline__ void DecodeShufWord(uint32_t v, const ShufRows<T>& r, uint32_t (&w)[4]) {
+  constexpr uint32_t kMagic = Int4Magic<T>::kBits;
+  const uint32_t v8 = v >> 8;
+  w[0] = Sub2<T>(Lop3AndOr(v, 0x000F000Fu, kMagic), r.zb0);
+  w[2] = Sub2<T>(Lop3AndOr(v8, 0x000F000Fu, kMagic), r.zb0);
+  if constexpr (std::is_same<T, __half>::value) {
+    const __half2 sixteenth = __float2half2_rn(0.0625f);
+    const uint32_t b = Lop3AndOr(v, 0x00F000F0u, kMagic), d = Lop3AndOr(v8, 0x00F000F0u, kMagic);
+    const __half2 nzb = *reinterpret_cast<const __half2*>(&r.zb1);
+    const __half2 w1 = __hfma2(*reinterpret_cast<const __half2*>(&b), sixteenth, nzb);
+    const __half2 w3 = __hfma2(*reinterpret_cast<const __half2*>(&d), sixteenth, nzb);
+    w[1] = *reinterpret_cast<const uint32_t*>(&w1);
+    w[3] = *reinterpret_cast<const uint32_t*>(&w3);
+  } else {
+    w[1] = Sub2<T>(Lop3AndOr(v >> 4, 0x000F000Fu, kMagic), r.zb1);
+    w[3] = Sub2<T>(Lop3AndOr(v >> 12, 0x000F000Fu, kMagic), r.zb1);
+  }
+  if constexpr (kScaled) {
+    w[0] = Mul2<T>(w[0], r.s0);
+    w[2] = Mul2<T>(w[2], r.s0);
+    w[1] = Mul2<T>(w[1], r.s1);
+    w[3] = Mul2<T>(w[3], r.s1);
+  }
+}
+
+// Scale and zero point of row `row`, block blk.
+template <typename T>
+__device__ __forceinline__ void RowBlock(const T* __restrict__ scales, const uint8_t* __restrict__ zp, const Int4Geom& g,
+                                         int row, int blk, float* s, int* z) {
+  *s = LoadF(scales, int64_t(row) * g.nb + blk);
+  *z = zp ? Int4ZeroPointAt(zp + int64_t(row) * g.zp_row_bytes, blk) : kInt4SymmetricZeroPoint;
+}
+
+}  // namespace cuda_detail
+
+// The wide shared-memory mma kernel (matmul_int4_shuffled_wide_impl.cu) for B in the shuffled
+// order: a CTA of 8 warps owns 128 * NT weight rows (NT = 2 where N % 256 == 0, else 1) and
+// 8 * MT8 tokens (MT8 = 1, 2, 4, 8 by M; grid.y covers M beyond 64); X and the weights stream
+// through a cp.async pipeline in shared memory, so every X chunk is read from L2 once per CTA
+// and serves all 8 warps (the register kernel's CTAs cover 64 rows each and re-read all of X);
+// clusters of kS CTAs split K (kS chosen to fill the SMs) and sum in distributed shared memory in
+// rank order (deterministic). Preconditions: LaunchMatMulInt4Shuffled's (T = __half /
+// __nv_bfloat16, N % 128 == 0, K % 64 == 0, block_size 64 / 128 / 256), 16-byte aligned X and
+// K % 8 == 0 for the 16-byte X copies (K % 64 == 0 implies it), sm_90 (clusters).
+// variant: 0 = NT and kS automatic, 1 = NT = 1 (128-row CTAs: twice as many).
+// Returns the launch status.
+template <typename T>
+cudaError_t LaunchInt4ShufWide(int variant, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
+                               const T* bias, T* y, const cuda_detail::Int4Geom& g, PdlMode pdl, cudaStream_t stream);
+
+}  // namespace pyquant

@@ -47,6 +47,8 @@ Methods (fp16 activations):
                     ort_ops/cuda/matmul_int4.h), on every layer (not in the default list)
   pyquant_int4_wide / _wide1  the wide shared-memory kernel (variant 8 / 9) on every layer at every
                     M, Hopper GEMM off (not in the default list)
+  pyquant_int4_nowide  the default dispatch before the wide kernel (PYQUANT_INT4_SHUF_VARIANT=-2)
+                    (not in the default list)
   pyquant_int4_from<M>  the Hopper GEMM from M on (PYQUANT_INT4_SM90_MIN_M) (not in the default list)
   pyquant_int4_again  the default again: an A/A control of the noise between methods (not in the default list)
   pyquant_int4_mid<v>  the 9 <= M <= 64 mma.sync kernel variant v (PYQUANT_INT4_MID_VARIANT, 0..9),
@@ -112,6 +114,8 @@ METHOD_ENV = {
         "PYQUANT_INT4_SHUFFLE": "all",
         "PYQUANT_INT4_SM90_MIN_M": str(1 << 40),
     },
+    # the default dispatch before the wide kernel (PYQUANT_INT4_SHUF_VARIANT=-2)
+    "pyquant_int4_nowide": {"PYQUANT_INT4_SHUF_VARIANT": "-2"},
     "pyquant_int4_wide1": {
         "PYQUANT_INT4_SHUF_VARIANT": "9",
         "PYQUANT_INT4_SHUFFLE": "all",

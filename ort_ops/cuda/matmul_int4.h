@@ -127,10 +127,14 @@ constexpr int kInt4ShuffledGemvVariantBase = 10;
 // (matmul_int4_shuffled_wide_impl.cu; v = 0: automatic tile and K split, 1: 128-row CTAs). By default it serves kInt4ShuffledWideMinM <= M below the Hopper GEMM.
 constexpr int kInt4ShuffledWideVariantBase = 8;
 constexpr int kInt4ShuffledWideVariants = 2;
-constexpr int64_t kInt4ShuffledWideMinM = int64_t{1} << 40;  // off until measured
+// Variant kInt4ShuffledNoWide (PYQUANT_INT4_SHUF_VARIANT=-2): the default dispatch as it was before
+// the wide kernel (register mma kernel below the Hopper GEMM, the GEMM from its usual start), for
+// benchmarks.
+constexpr int kInt4ShuffledNoWide = -2;
+constexpr int64_t kInt4ShuffledWideMinM = 2;
 // On a node with B rewritten in place, the Hopper GEMM from M = max(its usual start,
 // kInt4ShuffledSm90MinM) (unless PYQUANT_INT4_SM90_MIN_M is set); below, the shuffled kernels.
-constexpr int64_t kInt4ShuffledSm90MinM = 0;
+constexpr int64_t kInt4ShuffledSm90MinM = 129;
 size_t Int4ShuffledWeightBytes(int64_t n, int64_t k);
 cudaError_t ShuffleInt4Weights(const uint8_t* src, int64_t row_bytes, int64_t n, int64_t k, void* dst,
                                cudaStream_t stream);

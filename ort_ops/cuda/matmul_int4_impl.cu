@@ -579,6 +579,9 @@ size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m,
     return sm90::Int4GemmWorkspaceBytes(Sm90Args<T>(p, sm90), std::is_same<T, __nv_bfloat16>::value);
   }
 #endif
+  // B in the shuffled order: below the Hopper GEMM the shuffled-order kernels run, which need no
+  // scratch (the tiled kernel's split-K sums would be M * N floats per node for nothing).
+  if (sm90 != nullptr && sm90->b_in_place) return 0;
   if (path != Int4Path::kTiled || TiledSplitK(p) < 2) return 0;
   return static_cast<size_t>(p.m * p.attrs.n) * sizeof(float);
 }

@@ -193,7 +193,8 @@ class MatMulInt4Cuda final : public Kernel {
       sm90_.zeros_t = usable ? prepared.zeros_t : nullptr;
       sm90_.b_shuffled = b;
       sm90_.b_in_place = true;
-      if (!min_m_explicit_) {  // the shuffled-order kernels serve M below kInt4ShuffledSm90MinM
+      // the shuffled-order kernels serve M below kInt4ShuffledSm90MinM
+      if (!min_m_explicit_ && sm90_.shuf_variant != kInt4ShuffledNoWide) {
         sm90_.min_m = std::max(sm90_.min_m, kInt4ShuffledSm90MinM);
         sm90_.min_m_large = std::max(sm90_.min_m_large, kInt4ShuffledSm90MinM);
       }

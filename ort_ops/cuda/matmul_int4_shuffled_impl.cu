@@ -443,7 +443,7 @@ bool UseShufWide(int variant, int m, int n, int k) {
   (void)n;
   (void)k;
   if (variant >= kInt4ShuffledWideVariantBase && variant < kInt4ShuffledGemvVariantBase) return true;
-  return variant < 0 && m >= kInt4ShuffledWideMinM;
+  return variant == -1 && m >= kInt4ShuffledWideMinM;
 }
 
 // kS > 1: clusters of kS CTAs split K (sm_90: the only GPUs where B is shuffled).

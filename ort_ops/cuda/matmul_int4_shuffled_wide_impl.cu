@@ -20,6 +20,8 @@
 //   X stage: [token t = 0 .. 8 MT8 - 1][128 bytes = 64 k], the 16-byte column chunk ch of token t
 //            stored at chunk position ch ^ (t % 8) (XOR swizzle: the 8 row addresses of an
 //            ldmatrix hit 8 different bank groups); tokens >= M are zero-filled.
+//   S, Z:    the scale (float) and zero point (byte) of the CTA's 128 NT rows for the chunk's
+//            block, stored by threads from plain loads (see the mainloop).
 //
 // Per k16 step u a lane reads its A word of tile j (word lane of the tile: 32-bit, conflict-free),
 // decodes it (DecodeShufWord, scaled, like the register kernel), and runs MT8 mma.sync m16n8k16
@@ -60,7 +62,9 @@ struct WideSmem {
   static constexpr int kTokens = 8 * MT8;                   // tokens per CTA
   static constexpr int kWBytes = kWideSteps * kRows * 8;    // 4 steps x 8 NT tiles x 128 bytes
   static constexpr int kXBytes = kTokens * kWideChunkK * 2; // T is 2 bytes
-  static constexpr int kStageBytes = kWBytes + kXBytes;
+  static constexpr int kSBytes = kRows * 4;                 // the rows' scales (float)
+  static constexpr int kZBytes = kRows;                     // and zero points (one byte each)
+  static constexpr int kStageBytes = kWBytes + kXBytes + kSBytes + kZBytes;
   static constexpr int kPartStride = kRows + 4;             // fp32 words per token row (+4: banks)
   static constexpr int kPartBytes = kTokens * kPartStride * 4;
 };
@@ -106,6 +110,8 @@ __global__ void __launch_bounds__(kWideThreads)
   // Stage s of chunk c: weights, then X.
   auto w_stage = [&](int s) { return smem + s * S::kStageBytes; };
   auto x_stage = [&](int s) { return smem + s * S::kStageBytes + S::kWBytes; };
+  auto s_stage = [&](int s) { return reinterpret_cast<float*>(smem + s * S::kStageBytes + S::kWBytes + S::kXBytes); };
+  auto z_stage = [&](int s) { return smem + s * S::kStageBytes + S::kWBytes + S::kXBytes + S::kSBytes; };
   auto load_w = [&](int c, int s) {
     uint8_t* dst = w_stage(s);
     constexpr int kPieces = S::kWBytes / 16;  // per stage
@@ -152,20 +158,38 @@ __global__ void __launch_bounds__(kWideThreads)
     CpAsyncCommit();
   }
 
-  // This lane's rows: tile j of warp `warp`, rows r0 = 16 nt + gr, r1 = r0 + 8; their scale and
-  // zero point of the next chunk's block, one chunk ahead.
-  float sc[NT][2];
-  int zc[NT][2];
-  auto load_rows = [&](int c) {
-    const int blk = (c * kWideChunkK) >> g.bs_log2;
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const int r0 = 16 * (nt0 + warp * NT + j) + gr;
-      RowBlock(scales, zp, g, r0, blk, &sc[j][0], &zc[j][0]);
-      RowBlock(scales, zp, g, r0 + 8, blk, &sc[j][1], &zc[j][1]);
+  // Scales and zero points: thread t < kRows loads row 16 nt0 + t's for a chunk's block with plain
+  // loads (2-byte scales and nibbles do not suit cp.async) kStages - 1 chunks ahead, and stores
+  // them into that chunk's stage one iteration later, so their DRAM latency hides behind
+  // kStages - 2 chunks (a first version loaded them one chunk ahead in registers and stalled about
+  // 1 us per chunk: 2026-11-24-h100-s10-wide-bench-cuda.md).
+  const bool row_loader = tid < S::kRows;
+  auto load_scale = [&](int c, float* sv, int* zv) {
+    if (row_loader) RowBlock(scales, zp, g, 16 * nt0 + tid, (c * kWideChunkK) >> g.bs_log2, sv, zv);
+  };
+  auto store_scale = [&](int stage, float sv, int zv) {
+    if (row_loader) {
+      s_stage(stage)[tid] = sv;
+      z_stage(stage)[tid] = static_cast<uint8_t>(zv);
     }
   };
-  if (n_my > 0) load_rows(c_begin);
+  float pend_s = 0.0f;  // chunk (i + kStages - 2)'s, loaded at iteration i - 1
+  int pend_z = 0;
+  {
+    float ps[kStages - 1];
+    int pz[kStages - 1];
+#pragma unroll
+    for (int p = 0; p < kStages - 1; ++p) {
+      ps[p] = 0.0f;
+      pz[p] = 0;
+      if (p < n_my) load_scale(c_begin + p, &ps[p], &pz[p]);
+    }
+#pragma unroll
+    for (int p = 0; p < kStages - 2; ++p)
+      if (p < n_my) store_scale(p, ps[p], pz[p]);
+    pend_s = ps[kStages - 2];
+    pend_z = pz[kStages - 2];
+  }
 
   // ldmatrix row address of this lane within a token pair-tile: matrix lane / 8 = (token half,
   // k half), row lane % 8.
@@ -182,11 +206,21 @@ __global__ void __launch_bounds__(kWideThreads)
         load_x(c_begin + p, p % kStages);
       }
       CpAsyncCommit();
+      // Chunk p - 1's scales into its stage (last read at iteration i - 2; read again at
+      // iteration p - 1 >= i + 1, after a barrier), then chunk p's loads.
+      if (p - 1 < n_my) store_scale((p - 1) % kStages, pend_s, pend_z);
+      if (p < n_my) load_scale(c_begin + p, &pend_s, &pend_z);
     }
     ShufRows<T> rows[NT];
+    {
+      const float* ss = s_stage(i % kStages);
+      const uint8_t* zs = z_stage(i % kStages);
 #pragma unroll
-    for (int j = 0; j < NT; ++j) rows[j] = MakeShufRows<T>(sc[j][0], zc[j][0], sc[j][1], zc[j][1]);
-    if (i + 1 < n_my) load_rows(c_begin + i + 1);
+      for (int j = 0; j < NT; ++j) {
+        const int r0 = 16 * (warp * NT + j) + gr;
+        rows[j] = MakeShufRows<T>(ss[r0], zs[r0], ss[r0 + 8], zs[r0 + 8]);
+      }
+    }
 
     const uint8_t* ws = w_stage(i % kStages);
     const uint8_t* xs = x_stage(i % kStages);

@@ -114,10 +114,16 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 //     M = kInt4ShuffledGemvMaxM.
 //   LaunchMatMulInt4ShuffledRef: one thread per output through Int4ShuffledCodeAt.
 // The op rewrites B by default only for layers of N * K >= kInt4ShuffleMinWeights (4096 x 8192 and
-// up): on 4096 x 4096 the row-major small-M kernels stay faster through M = 48 (H100,
-// bench/results/2026-11-24-h100-s9-shufvariants-bench-cuda.md); PYQUANT_INT4_SHUFFLE=all rewrites
-// every layer the order tiles.
+// up) with N >= K (Int4ShuffleByDefault): on 4096 x 4096 the row-major small-M kernels stay faster
+// through M = 48 (H100, bench/results/2026-11-24-h100-s9-shufvariants-bench-cuda.md), and on
+// long-K narrow layers the shuffled decode GEMV (no K split across CTAs) loses M = 1 by far: K x N
+// = 14336 x 4096 20.3 us (51 % of the floor, slower than MatMulNBits' 18.3) against 12.7 us row-major
+// (…-s10-wide2-bench-cuda.md column pyquant_int4_nowide, …-s6-final-bench-cuda.md), while on
+// 4096 x 14336 it wins (11.2 against 12.6) and on 8192 x 8192 it costs 10 % at M = 1 (16.5 / 14.9)
+// but gains 33-36 % at M = 4-16 and 7-15 % in prefill. PYQUANT_INT4_SHUFFLE=all rewrites every layer
+// the order tiles.
 constexpr int64_t kInt4ShuffleMinWeights = int64_t{1} << 25;
+constexpr bool Int4ShuffleByDefault(int64_t n, int64_t k) { return n * k >= kInt4ShuffleMinWeights && n >= k; }
 constexpr int64_t kInt4ShuffledGemvMaxM = 4;
 // Default: the GEMV's configuration 1 at M = 1 (H100, 4096 x 14336: 11.3 us = 90 % of the floor,
 // against 12.4 for the row-major GEMV), the mma kernel from M = 2 (14.7 against 16.8 for the GEMV).

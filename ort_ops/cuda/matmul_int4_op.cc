@@ -63,11 +63,10 @@ class MatMulInt4Cuda final : public Kernel {
     min_m_explicit_ = sm90_.min_m != kInt4Sm90MinM;
     if (min_m_explicit_) sm90_.min_m_large = sm90_.min_m;  // an explicit setting wins
     sm90_.shuf_variant = EnvInt("PYQUANT_INT4_SHUF_VARIANT", -1);
-    // PYQUANT_INT4_SHUFFLE: 0 = never; 1 (default) = layers of N * K >= kInt4ShuffleMinWeights;
+    // PYQUANT_INT4_SHUFFLE: 0 = never; 1 (default) = Int4ShuffleByDefault layers (matmul_int4.h);
     // all = every layer the order tiles; require = all, and fail session creation where it cannot.
     const int shuffle = EnvChoice("PYQUANT_INT4_SHUFFLE", {"0", "1", "all", "require"}, 1);
-    const bool large = attrs_.n * attrs_.k >= kInt4ShuffleMinWeights;
-    if (shuffle != 0 && !force_ref_ && (shuffle >= 2 || large)) {
+    if (shuffle != 0 && !force_ref_ && (shuffle >= 2 || Int4ShuffleByDefault(attrs_.n, attrs_.k))) {
       const std::string why = ShuffleInPlace(info);
       if (!why.empty() && shuffle == 3) {
         throw OpError("MatMulInt4 node '" + NodeName(info) + "': PYQUANT_INT4_SHUFFLE=require, but B stays " +

@@ -158,37 +158,49 @@ __global__ void __launch_bounds__(kWideThreads)
     CpAsyncCommit();
   }
 
-  // Scales and zero points: thread t < kRows loads row 16 nt0 + t's for a chunk's block with plain
-  // loads (2-byte scales and nibbles do not suit cp.async) kStages - 1 chunks ahead, and stores
-  // them into that chunk's stage one iteration later, so their DRAM latency hides behind
-  // kStages - 2 chunks (a first version loaded them one chunk ahead in registers and stalled about
-  // 1 us per chunk: 2026-11-24-h100-s10-wide-bench-cuda.md).
+  // Scales and zero points: thread t < kRows loads row 16 nt0 + t's raw scale (T) and zero-point
+  // byte for a chunk's block with plain loads (2-byte scales and nibbles do not suit cp.async),
+  // keeps them kD iterations in a shift register, and only then converts and stores them into the
+  // chunk's stage (at the iteration before the chunk is used). Nothing reads a loaded value
+  // earlier, so the loads' DRAM latency hides behind kD chunk iterations. Why: the first two
+  // versions used the value one iteration after its load (in registers, then via a one-step
+  // store) and every chunk iteration waited ~1 us on it, whatever M
+  // (2026-11-24-h100-s10-wide-bench-cuda.md, …-wide2-bench-cuda.md).
+  constexpr int kD = kStages - 2;
   const bool row_loader = tid < S::kRows;
-  auto load_scale = [&](int c, float* sv, int* zv) {
-    if (row_loader) RowBlock(scales, zp, g, 16 * nt0 + tid, (c * kWideChunkK) >> g.bs_log2, sv, zv);
+  const int my_row = 16 * nt0 + tid;
+  struct RawRow {
+    T s;
+    uint8_t zb;
   };
-  auto store_scale = [&](int stage, float sv, int zv) {
+  auto load_raw = [&](int c, RawRow* r) {
     if (row_loader) {
-      s_stage(stage)[tid] = sv;
-      z_stage(stage)[tid] = static_cast<uint8_t>(zv);
+      const int blk = (c * kWideChunkK) >> g.bs_log2;
+      r->s = scales[int64_t(my_row) * g.nb + blk];
+      r->zb = zp ? zp[int64_t(my_row) * g.zp_row_bytes + (blk >> 1)] : uint8_t{0};
     }
   };
-  float pend_s = 0.0f;  // chunk (i + kStages - 2)'s, loaded at iteration i - 1
-  int pend_z = 0;
+  auto store_raw = [&](int c, const RawRow& r) {
+    if (row_loader) {
+      const int blk = (c * kWideChunkK) >> g.bs_log2;
+      const int stage = (c - c_begin) % kStages;
+      s_stage(stage)[tid] = LoadF(&r.s, 0);
+      z_stage(stage)[tid] =
+          static_cast<uint8_t>(zp ? ((blk & 1) ? (r.zb >> 4) : (r.zb & 0xF)) : kInt4SymmetricZeroPoint);
+    }
+  };
+  RawRow pend[kD];  // at the top of iteration i: chunk c_begin + i + 1 + d in pend[d]
   {
-    float ps[kStages - 1];
-    int pz[kStages - 1];
-#pragma unroll
-    for (int p = 0; p < kStages - 1; ++p) {
-      ps[p] = 0.0f;
-      pz[p] = 0;
-      if (p < n_my) load_scale(c_begin + p, &ps[p], &pz[p]);
+    RawRow first{};
+    if (n_my > 0) {
+      load_raw(c_begin, &first);
+      store_raw(c_begin, first);  // the first chunk waits once
     }
 #pragma unroll
-    for (int p = 0; p < kStages - 2; ++p)
-      if (p < n_my) store_scale(p, ps[p], pz[p]);
-    pend_s = ps[kStages - 2];
-    pend_z = pz[kStages - 2];
+    for (int d = 0; d < kD; ++d) {
+      pend[d] = RawRow{};
+      if (1 + d < n_my) load_raw(c_begin + 1 + d, &pend[d]);
+    }
   }
 
   // ldmatrix row address of this lane within a token pair-tile: matrix lane / 8 = (token half,
@@ -206,11 +218,14 @@ __global__ void __launch_bounds__(kWideThreads)
         load_x(c_begin + p, p % kStages);
       }
       CpAsyncCommit();
-      // Chunk p - 1's scales into its stage (last read at iteration i - 2; read again at
-      // iteration p - 1 >= i + 1, after a barrier), then chunk p's loads.
-      if (p - 1 < n_my) store_scale((p - 1) % kStages, pend_s, pend_z);
-      if (p < n_my) load_scale(c_begin + p, &pend_s, &pend_z);
     }
+    // Chunk i + 1's scales into its stage (which chunk i + 1 - kStages left at iteration <= i - 1,
+    // before this iteration's barrier; read at iteration i + 1, after the next), then shift and
+    // load chunk i + 1 + kD's.
+    if (i + 1 < n_my) store_raw(c_begin + i + 1, pend[0]);
+#pragma unroll
+    for (int d = 0; d + 1 < kD; ++d) pend[d] = pend[d + 1];
+    if (i + 1 + kD < n_my) load_raw(c_begin + i + 1 + kD, &pend[kD - 1]);
     ShufRows<T> rows[NT];
     {
       const float* ss = s_stage(i % kStages);

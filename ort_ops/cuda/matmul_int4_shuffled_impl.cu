@@ -136,12 +136,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int worker = warp * kS + rank;
 
   float acc[NT][MT8][4];
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int i = 0; i < MT8; ++i)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) acc[j][i][r] = 0.0f;
+  ZeroAcc(acc);
 
   // X rows of this lane's B fragments (clamped: rows >= M load row M-1 and are masked to zero).
   const T* xrow[MT8];

@@ -69,6 +69,17 @@ __device__ __forceinline__ void DecodeShufWord(uint32_t v, const ShufRows<T>& r,
   }
 }
 
+// Zeroes an [NT][MT8][4] block of mma accumulators.
+template <int NT, int MT8>
+__device__ __forceinline__ void ZeroAcc(float (&acc)[NT][MT8][4]) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int i = 0; i < MT8; ++i)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[j][i][r] = 0.0f;
+}
+
 // Scale and zero point of row `row`, block blk.
 template <typename T>
 __device__ __forceinline__ void RowBlock(const T* __restrict__ scales, const uint8_t* __restrict__ zp, const Int4Geom& g,

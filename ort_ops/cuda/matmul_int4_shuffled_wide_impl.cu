@@ -136,12 +136,7 @@ __global__ void __launch_bounds__(kWideThreads)
   };
 
   float acc[NT][MT8][4];
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int i = 0; i < MT8; ++i)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) acc[j][i][r] = 0.0f;
+  ZeroAcc(acc);
 
   // Prologue: kStages - 1 chunks in flight. With weights_early the weight copies go out before the
   // wait for the previous grid (PDL); X only after it. Group p holds X of chunk p (and, in group

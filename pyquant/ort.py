@@ -72,14 +72,73 @@ def resolve_providers(providers: Sequence[Any] | str | None = None, strict: bool
     return out
 
 
+def int4_weights_read_by_other_ops(model: Any) -> list[str]:
+    """Names of MatMulInt4 ``B`` initializers that something other than a MatMulInt4 node reads
+    (another op, a graph output), in the main graph and its subgraphs.
+
+    On a Hopper GPU the CUDA op rewrites a constant ``B`` in place into its GPU order at session
+    creation (docs/ops.md, "GPU weight layout"), so such a reader would see shuffled bytes.
+    `model` is an ``onnx.ModelProto``, a path or serialized bytes (external data is not loaded).
+    """
+    import onnx
+
+    from pyquant.ops_spec import DOMAIN, INT4_OP
+
+    if isinstance(model, (str, os.PathLike)):
+        model = onnx.load(os.fspath(model), load_external_data=False)
+    elif isinstance(model, bytes):
+        model = onnx.load_from_string(model)
+    b_names: set[str] = set()
+    other: set[str] = set()
+
+    def walk(graph: Any) -> None:
+        for node in graph.node:
+            is_int4 = node.op_type == INT4_OP and node.domain == DOMAIN
+            for i, name in enumerate(node.input):
+                if is_int4 and i == 1:
+                    b_names.add(name)
+                elif not is_int4:
+                    other.add(name)
+            for attr in node.attribute:
+                for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                    walk(sub)
+        other.update(o.name for o in graph.output)
+
+    walk(model.graph)
+    initializers = {t.name for t in model.graph.initializer}
+    return sorted(b_names & other & initializers)
+
+
 def make_session(
     model: str | os.PathLike | bytes,
     providers: Sequence[Any] | str | None = None,
     options: ort.SessionOptions | None = None,
     strict: bool = False,
 ) -> ort.InferenceSession:
-    """An InferenceSession for `model` (path or serialized bytes) with pyquant's ops registered."""
+    """An InferenceSession for `model` (path or serialized bytes) with pyquant's ops registered.
+
+    With the CUDA provider, a MatMulInt4 weight that another op also reads keeps the row-major
+    layout for this session (PYQUANT_INT4_SHUFFLE=0 while it is created; a warning names the
+    weights): the in-place GPU layout would change what that op reads.
+    """
     so = session_options(options)
     if isinstance(model, os.PathLike):
         model = os.fspath(model)
-    return ort.InferenceSession(model, sess_options=so, providers=resolve_providers(providers, strict))
+    resolved = resolve_providers(providers, strict)
+    names = [p[0] if isinstance(p, tuple) else p for p in resolved]
+    shared: list[str] = []
+    if "CUDAExecutionProvider" in names and "PYQUANT_INT4_SHUFFLE" not in os.environ:
+        shared = int4_weights_read_by_other_ops(model)
+    if not shared:
+        return ort.InferenceSession(model, sess_options=so, providers=resolved)
+    warnings.warn(
+        f"MatMulInt4 weights also read by other ops ({', '.join(shared[:5])}"
+        f"{', ...' if len(shared) > 5 else ''}): this session keeps B row-major on the GPU "
+        "(PYQUANT_INT4_SHUFFLE=0), which is slower on Hopper for large layers",
+        stacklevel=2,
+    )
+    os.environ["PYQUANT_INT4_SHUFFLE"] = "0"  # read by each CUDA node when the session creates it
+    try:
+        return ort.InferenceSession(model, sess_options=so, providers=resolved)
+    finally:
+        os.environ.pop("PYQUANT_INT4_SHUFFLE", None)

@@ -166,3 +166,51 @@ def test_shuffled_order_mirrors_header(tmp_path, rng):
     subprocess.run([cxx, "-std=c++17", "-I", str(REPO / "ort_ops"), str(src), "-o", str(exe)], check=True)
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
     np.testing.assert_array_equal(np.array(out, dtype=np.int64), py.ravel())
+
+
+def test_int4_weights_read_by_other_ops(rng):
+    """make_session's guard for the in-place GPU layout: a MatMulInt4 B that another op (here an
+    Identity to a graph output, and a node inside an If branch) also reads is reported; B read only
+    by MatMulInt4 nodes is not, whatever the form of the model (proto, bytes, path)."""
+    import onnx
+    from onnx import helper
+
+    from pyquant import layout
+    from pyquant.ort import int4_weights_read_by_other_ops, make_session
+    from tests.ops.graphs import int4_model
+
+    k, n, bs = 64, 16, 32
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    b, s, _ = layout.quantize_int4_rtn(w, bs, symmetric=True)
+    model = int4_model(b, s, k, n, bs)
+    assert int4_weights_read_by_other_ops(model) == []
+    assert int4_weights_read_by_other_ops(model.SerializeToString()) == []
+
+    shared = onnx.ModelProto()
+    shared.CopyFrom(model)
+    shared.graph.node.append(helper.make_node("Identity", ["B"], ["B_copy"]))
+    shared.graph.output.append(helper.make_tensor_value_info("B_copy", onnx.TensorProto.UINT8, None))
+    assert int4_weights_read_by_other_ops(shared) == ["B"]
+
+    in_branch = onnx.ModelProto()
+    in_branch.CopyFrom(model)
+    branch = helper.make_graph(
+        [helper.make_node("Identity", ["B"], ["B_out"])],
+        "branch",
+        [],
+        [helper.make_tensor_value_info("B_out", onnx.TensorProto.UINT8, None)],
+    )
+    in_branch.graph.node.append(
+        helper.make_node("If", ["cond"], ["B_if"], then_branch=branch, else_branch=branch)
+    )
+    assert int4_weights_read_by_other_ops(in_branch) == ["B"]
+
+    # On the CPU provider the guard is not needed: the session is made as usual, no warning.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sess = make_session(shared.SerializeToString(), providers=("cpu",))
+    x = rng.standard_normal((2, k)).astype(np.float32)
+    out = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"X": x}), strict=True))
+    assert np.array_equal(out["B_copy"], b)

@@ -14,16 +14,23 @@ log="$OUT/${day}-${tag}-cuda-tests.log"
   python3 -c "import onnxruntime as o, torch; print('onnxruntime', o.__version__, o.get_available_providers(), 'torch', torch.__version__)"
   echo "# python3 -m pytest $sel -q -rs -p no:cacheprovider"
 } > "$log" 2>&1
-PYTHONUNBUFFERED=1 timeout ${PYTEST_TIMEOUT:-300} python3 -m pytest $sel -q -rs -p no:cacheprovider 2>&1 | tail -n 400 >> "$log"
-echo "pytest rc=${PIPESTATUS[0]}" >> "$log"
+# Straight into the log (not through tail): a run stopped by its timeout keeps what it printed.
+PYTHONUNBUFFERED=1 timeout ${PYTEST_TIMEOUT:-300} python3 -m pytest $sel -q -rs -p no:cacheprovider >> "$log" 2>&1
+echo "pytest rc=$?" >> "$log"
 tail -n 15 "$log"
+# compute-sanitizer, one smoke section per run (SAN_SECTIONS; the whole smoke took over 200 s under
+# memcheck on an H100 in session 10), each with its own SAN_TIMEOUT, appended to one log per tool.
 if [ "${SANITIZE:-1}" = 1 ]; then
-  slog="$OUT/${day}-${tag}-memcheck.log"
-  timeout ${SAN_TIMEOUT:-200} compute-sanitizer --tool memcheck --print-limit 20 python3 tests/cuda/memcheck_smoke.py > "$slog" 2>&1
-  echo "memcheck rc=$?" >> "$slog"
-  tail -n 6 "$slog"
-  rlog="$OUT/${day}-${tag}-racecheck.log"
-  timeout ${SAN_TIMEOUT:-200} compute-sanitizer --tool racecheck --racecheck-report hazard --print-limit 20 python3 tests/cuda/memcheck_smoke.py > "$rlog" 2>&1
-  echo "racecheck rc=$?" >> "$rlog"
-  tail -n 6 "$rlog"
+  for tool in memcheck racecheck; do
+    log_t="$OUT/${day}-${tag}-${tool}.log"
+    : > "$log_t"
+    extra=""; [ "$tool" = racecheck ] && extra="--racecheck-report hazard"
+    for section in ${SAN_SECTIONS:-int4 mid shuffled knobs fp8}; do
+      echo "# compute-sanitizer --tool $tool python3 tests/cuda/memcheck_smoke.py --only $section" >> "$log_t"
+      timeout ${SAN_TIMEOUT:-200} compute-sanitizer --tool $tool $extra --print-limit 20 \
+        python3 tests/cuda/memcheck_smoke.py --only "$section" >> "$log_t" 2>&1
+      echo "$tool $section rc=$?" >> "$log_t"
+    done
+    grep -E "rc=|ERROR SUMMARY|RACECHECK SUMMARY|matched" "$log_t" | tail -n 15
+  done
 fi

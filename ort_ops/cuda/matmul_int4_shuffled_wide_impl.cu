@@ -155,9 +155,9 @@ __global__ void __launch_bounds__(kWideThreads)
 
   // Scales and zero points: thread t < kRows loads row 16 nt0 + t's raw scale (T) and zero-point
   // byte for a chunk's block with plain loads (2-byte scales and nibbles do not suit cp.async),
-  // keeps them kD iterations in a shift register, and only then converts and stores them into the
-  // chunk's stage (at the iteration before the chunk is used). Nothing reads a loaded value
-  // earlier, so the loads' DRAM latency hides behind kD chunk iterations. Why: the first two
+  // keeps them kD iterations in one of kD register slots, and only then converts and stores them
+  // into the chunk's stage (at the iteration before the chunk is used). Nothing reads a loaded
+  // value earlier, so the loads' DRAM latency hides behind kD chunk iterations. Why: the first two
   // versions used the value one iteration after its load (in registers, then via a one-step
   // store) and every chunk iteration waited ~1 us on it, whatever M
   // (2026-11-24-h100-s10-wide-bench-cuda.md, …-wide2-bench-cuda.md).
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kWideThreads)
           static_cast<uint8_t>(zp ? ((blk & 1) ? (r.zb >> 4) : (r.zb & 0xF)) : kInt4SymmetricZeroPoint);
     }
   };
-  RawRow pend[kD];  // at the top of iteration i: chunk c_begin + i + 1 + d in pend[d]
+  RawRow pend[kD];  // at the top of iteration i: chunk c_begin + i + 1's in pend[i % kD]
   {
     RawRow first{};
     if (n_my > 0) {
@@ -203,7 +203,10 @@ __global__ void __launch_bounds__(kWideThreads)
   const int lm_tok = ((lane >> 4) << 3) + (lane & 7);  // 0..15
   const int lm_khalf = (lane >> 3) & 1;
 
-  for (int i = 0; i < n_my; ++i) {
+  // One chunk iteration. slot = pend[i % kD], a compile-time index in the unrolled loop below,
+  // so a loaded value is never moved between registers before its use (a move would wait for
+  // the load just like a use does).
+  auto chunk_step = [&](int i, RawRow& slot) {
     CpAsyncWait<kStages - 2>();
     __syncthreads();  // chunk i landed for all threads; stage (i - 1) % kStages is free again
     {
@@ -214,13 +217,11 @@ __global__ void __launch_bounds__(kWideThreads)
       }
       CpAsyncCommit();
     }
-    // Chunk i + 1's scales into its stage (which chunk i + 1 - kStages left at iteration <= i - 1,
-    // before this iteration's barrier; read at iteration i + 1, after the next), then shift and
-    // load chunk i + 1 + kD's.
-    if (i + 1 < n_my) store_raw(c_begin + i + 1, pend[0]);
-#pragma unroll
-    for (int d = 0; d + 1 < kD; ++d) pend[d] = pend[d + 1];
-    if (i + 1 + kD < n_my) load_raw(c_begin + i + 1 + kD, &pend[kD - 1]);
+    // Chunk i + 1's scales (in slot since iteration i - kD) into its stage (which chunk
+    // i + 1 - kStages left at iteration <= i - 1, before this iteration's barrier; read at
+    // iteration i + 1, after the next), then chunk i + 1 + kD's loads into the same slot.
+    if (i + 1 < n_my) store_raw(c_begin + i + 1, slot);
+    if (i + 1 + kD < n_my) load_raw(c_begin + i + 1 + kD, &slot);
     ShufRows<T> rows[NT];
     {
       const float* ss = s_stage(i % kStages);
@@ -261,6 +262,12 @@ __global__ void __launch_bounds__(kWideThreads)
         for (int mi = 0; mi < MT8; ++mi) Mma16816<T>(acc[j][mi], a[0], a[1], a[2], a[3], xb[mi][0], xb[mi][1]);
       }
     }
+  };
+#pragma unroll 1
+  for (int i0 = 0; i0 < n_my; i0 += kD) {
+#pragma unroll
+    for (int d = 0; d < kD; ++d)
+      if (i0 + d < n_my) chunk_step(i0 + d, pend[d]);
   }
   CpAsyncWait<0>();
   __syncthreads();  // every warp is done with the pipeline's shared memory

@@ -130,9 +130,9 @@ constexpr int64_t kInt4ShuffledGemvMaxM = 4;
 constexpr int64_t kInt4ShuffledGemvDefaultMaxM = 1;
 constexpr int kInt4ShuffledGemvVariantBase = 10;
 // Variants kInt4ShuffledWideVariantBase + v: the wide shared-memory mma kernel
-// (matmul_int4_shuffled_wide_impl.cu; v = 0: automatic tile and K split, 1: 128-row CTAs). By default it serves kInt4ShuffledWideMinM <= M below the Hopper GEMM.
+// (matmul_int4_shuffled_wide_impl.cu; v = 0: automatic tile and K split, 1: 128-row CTAs). By
+// default it serves kInt4ShuffledWideMinM <= M below the Hopper GEMM.
 constexpr int kInt4ShuffledWideVariantBase = 8;
-constexpr int kInt4ShuffledWideVariants = 2;
 // Variant kInt4ShuffledNoWide (PYQUANT_INT4_SHUF_VARIANT=-2): the default dispatch as it was before
 // the wide kernel (register mma kernel below the Hopper GEMM, the GEMM from its usual start), for
 // benchmarks.

@@ -354,7 +354,8 @@ cudaError_t LaunchWide(const T* x, const uint8_t* b, const T* s, const uint8_t* 
     ++n_attr;
   }
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(g.n / S::kRows * kS), static_cast<unsigned>((g.m + S::kTokens - 1) / S::kTokens));
+  cfg.gridDim = dim3(static_cast<unsigned>(g.n / S::kRows * kS),
+                     static_cast<unsigned>((g.m + S::kTokens - 1) / S::kTokens));
   cfg.blockDim = dim3(kWideThreads);
   cfg.dynamicSmemBytes = kSmem;
   cfg.stream = stream;

@@ -133,19 +133,14 @@ constexpr int kInt4ShuffledGemvVariantBase = 10;
 // (matmul_int4_shuffled_wide_impl.cu; v = 0: automatic tile and K split, 1: 128-row CTAs). By
 // default it serves kInt4ShuffledWideMinM <= M below the Hopper GEMM.
 constexpr int kInt4ShuffledWideVariantBase = 8;
-// Variant kInt4ShuffledNoWide (PYQUANT_INT4_SHUF_VARIANT=-2): the default dispatch as it was before
-// the wide kernel (register mma kernel below the Hopper GEMM, the GEMM from its usual start), for
-// benchmarks.
-constexpr int kInt4ShuffledNoWide = -2;
+// Variant -2 (PYQUANT_INT4_SHUF_VARIANT=-2): the default dispatch without the wide kernel whatever
+// kInt4ShuffledWideMinM says (the register mma kernel below the Hopper GEMM), for benchmarks. To
+// measure the wide kernel above the GEMM's start, set PYQUANT_INT4_SM90_MIN_M.
 // Off: as measured on an H100 the wide kernel is 2-4x slower than the register kernel and the
 // Hopper GEMM at every M (bench/results/2026-11-24-h100-s10-wide2-bench-cuda.md, column
 // pyquant_int4 of that run = the wide kernel for 2 <= M <= 128; pyquant_int4_nowide = this
 // dispatch): each chunk iteration waits on its scale loads (see the kernel's notes).
 constexpr int64_t kInt4ShuffledWideMinM = int64_t{1} << 40;
-// On a node with B rewritten in place, the Hopper GEMM from M = max(its usual start,
-// kInt4ShuffledSm90MinM) (unless PYQUANT_INT4_SM90_MIN_M is set); below, the shuffled kernels.
-// 0: the usual start (M = 17 on layers of N * K >= 2^25, 49 below).
-constexpr int64_t kInt4ShuffledSm90MinM = 0;
 size_t Int4ShuffledWeightBytes(int64_t n, int64_t k);
 cudaError_t ShuffleInt4Weights(const uint8_t* src, int64_t row_bytes, int64_t n, int64_t k, void* dst,
                                cudaStream_t stream);

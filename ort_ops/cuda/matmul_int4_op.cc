@@ -60,8 +60,7 @@ class MatMulInt4Cuda final : public Kernel {
     pdl_setting_ = CudaPdlSetting();
     sm90_.min_m = CudaInt4Sm90MinM();
     sm90_ = CudaInt4Sm90Knobs(sm90_);
-    min_m_explicit_ = sm90_.min_m != kInt4Sm90MinM;
-    if (min_m_explicit_) sm90_.min_m_large = sm90_.min_m;  // an explicit setting wins
+    if (sm90_.min_m != kInt4Sm90MinM) sm90_.min_m_large = sm90_.min_m;  // an explicit setting wins
     sm90_.shuf_variant = EnvInt("PYQUANT_INT4_SHUF_VARIANT", -1);
     // PYQUANT_INT4_SHUFFLE: 0 = never; 1 (default) = Int4ShuffleByDefault layers (matmul_int4.h);
     // all = every layer the order tiles; require = all, and fail session creation where it cannot.
@@ -192,11 +191,6 @@ class MatMulInt4Cuda final : public Kernel {
       sm90_.zeros_t = usable ? prepared.zeros_t : nullptr;
       sm90_.b_shuffled = b;
       sm90_.b_in_place = true;
-      // the shuffled-order kernels serve M below kInt4ShuffledSm90MinM
-      if (!min_m_explicit_ && sm90_.shuf_variant != kInt4ShuffledNoWide) {
-        sm90_.min_m = std::max(sm90_.min_m, kInt4ShuffledSm90MinM);
-        sm90_.min_m_large = std::max(sm90_.min_m_large, kInt4ShuffledSm90MinM);
-      }
     } catch (...) {
       cleanup();
       throw;
@@ -239,7 +233,6 @@ class MatMulInt4Cuda final : public Kernel {
 
   MatMulInt4Attrs attrs_;
   bool force_ref_;
-  bool min_m_explicit_ = false;  // PYQUANT_INT4_SM90_MIN_M set
   int64_t tiled_min_m_;
   int gemv_variant_;
   int mid_variant_;

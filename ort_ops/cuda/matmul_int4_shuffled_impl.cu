@@ -433,10 +433,8 @@ __global__ void __launch_bounds__(kThreads)
 bool AlignedTo(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
 
 // The wide shared-memory kernel (matmul_int4_shuffled_wide_impl.cu) instead of the register mma
-// kernel: when a wide variant is pinned, or by default for kInt4ShuffledWideMinM <= M.
-bool UseShufWide(int variant, int m, int n, int k) {
-  (void)n;
-  (void)k;
+// kernel: when a wide variant is pinned, or by default (-1; not -2) for kInt4ShuffledWideMinM <= M.
+bool UseShufWide(int variant, int m) {
   if (variant >= kInt4ShuffledWideVariantBase && variant < kInt4ShuffledGemvVariantBase) return true;
   return variant == -1 && m >= kInt4ShuffledWideMinM;
 }
@@ -446,26 +444,8 @@ template <typename T, int MT8, int NT, int kWarps, int U, int kS = 1>
 void LaunchShufMma(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y, const Int4Geom& g,
                    PdlMode pdl, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(g.n / (16 * NT) * kS), static_cast<unsigned>((g.m + 8 * MT8 - 1) / (8 * MT8)));
-  auto kernel = int4_shuffled_mma_kernel<T, MT8, NT, kWarps, U, kS>;
-  if constexpr (kS == 1) {
-    (void)LaunchWithPdl(kernel, grid, dim3(32 * kWarps), stream, pdl.launch, x, b, s, zp, bias, y, g,
-                        pdl.weights_early);
-  } else {
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = kS;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(32 * kWarps);
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl.launch ? 2 : 1;
-    (void)cudaLaunchKernelEx(&cfg, kernel, x, b, s, zp, bias, y, g, pdl.weights_early);
-  }
+  (void)LaunchWithPdlCluster(int4_shuffled_mma_kernel<T, MT8, NT, kWarps, U, kS>, grid, dim3(32 * kWarps), 0, kS,
+                             stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
 }
 
 template <typename T, int kP, int kTiles, int kThreads, int kU>
@@ -604,7 +584,7 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
         default:
           LaunchShufGemv<T, 4, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
       }
-    } else if (UseShufWide(variant, g.m, g.n, g.k) && AlignedTo(x, 16) && g.m <= 65535 * 64) {
+    } else if (UseShufWide(variant, g.m) && AlignedTo(x, 16) && g.m <= 65535 * 64) {
       const int wide = variant >= kInt4ShuffledWideVariantBase ? variant - kInt4ShuffledWideVariantBase : 0;
       return LaunchInt4ShufWide<T>(wide, x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
     } else if (AlignedTo(x, 4) && g.m <= 65535 * 64) {

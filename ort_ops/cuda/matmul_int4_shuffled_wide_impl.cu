@@ -180,8 +180,8 @@ __global__ void __launch_bounds__(kWideThreads)
       const int blk = (c * kWideChunkK) >> g.bs_log2;
       const int stage = (c - c_begin) % kStages;
       s_stage(stage)[tid] = LoadF(&r.s, 0);
-      z_stage(stage)[tid] =
-          static_cast<uint8_t>(zp ? ((blk & 1) ? (r.zb >> 4) : (r.zb & 0xF)) : kInt4SymmetricZeroPoint);
+      // the loaded byte is byte blk / 2 of the row: Int4ZeroPointAt picks block blk's nibble
+      z_stage(stage)[tid] = static_cast<uint8_t>(zp ? Int4ZeroPointAt(&r.zb, blk & 1) : kInt4SymmetricZeroPoint);
     }
   };
   RawRow pend[kD];  // at the top of iteration i: chunk c_begin + i + 1's in pend[i % kD]
@@ -339,29 +339,10 @@ cudaError_t LaunchWide(const T* x, const uint8_t* b, const T* s, const uint8_t* 
     if (e != cudaSuccess) return e;
     smem_set_on.fetch_or(dev_bit, std::memory_order_acq_rel);
   }
-  cudaLaunchAttribute attr[2];
-  int n_attr = 0;
-  if (kS > 1) {
-    attr[n_attr].id = cudaLaunchAttributeClusterDimension;
-    attr[n_attr].val.clusterDim.x = kS;
-    attr[n_attr].val.clusterDim.y = 1;
-    attr[n_attr].val.clusterDim.z = 1;
-    ++n_attr;
-  }
-  if (pdl.launch) {
-    attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
-    ++n_attr;
-  }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(g.n / S::kRows * kS),
-                     static_cast<unsigned>((g.m + S::kTokens - 1) / S::kTokens));
-  cfg.blockDim = dim3(kWideThreads);
-  cfg.dynamicSmemBytes = kSmem;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = n_attr;
-  return cudaLaunchKernelEx(&cfg, kernel, x, b, s, zp, bias, y, g, pdl.weights_early);
+  const dim3 grid(static_cast<unsigned>(g.n / S::kRows * kS),
+                  static_cast<unsigned>((g.m + S::kTokens - 1) / S::kTokens));
+  return LaunchWithPdlCluster(kernel, grid, dim3(kWideThreads), kSmem, kS, stream, pdl.launch, x, b, s, zp, bias, y,
+                              g, pdl.weights_early);
 }
 
 template <typename T, int MT8, int NT>

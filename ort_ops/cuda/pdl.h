@@ -74,21 +74,39 @@ __device__ __forceinline__ void PdlAllowDependents() {
 #endif
 }
 
-// <<<grid, block, smem_bytes, stream>>>(args...), with the PDL attribute when `pdl`.
+// <<<grid, block, smem_bytes, stream>>>(args...) in clusters of cluster_x CTAs along x when
+// cluster_x > 1 (sm_90), with the PDL attribute when `pdl`.
 template <typename... Params, typename... Args>
-cudaError_t LaunchWithPdlSmem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
-                              bool pdl, Args... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+cudaError_t LaunchWithPdlCluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
+                                 unsigned cluster_x, cudaStream_t stream, bool pdl, Args... args) {
+  cudaLaunchAttribute attr[2];
+  int n_attr = 0;
+  if (cluster_x > 1) {
+    attr[n_attr].id = cudaLaunchAttributeClusterDimension;
+    attr[n_attr].val.clusterDim.x = cluster_x;
+    attr[n_attr].val.clusterDim.y = 1;
+    attr[n_attr].val.clusterDim.z = 1;
+    ++n_attr;
+  }
+  if (pdl) {
+    attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
+    ++n_attr;
+  }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem_bytes;
   cfg.stream = stream;
   cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
+  cfg.numAttrs = n_attr;
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+}
+// <<<grid, block, smem_bytes, stream>>>(args...), with the PDL attribute when `pdl`.
+template <typename... Params, typename... Args>
+cudaError_t LaunchWithPdlSmem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+                              bool pdl, Args... args) {
+  return LaunchWithPdlCluster(kernel, grid, block, smem_bytes, 1, stream, pdl, args...);
 }
 // <<<grid, block, 0, stream>>>(args...), with the PDL attribute when `pdl`.
 template <typename... Params, typename... Args>

@@ -41,14 +41,15 @@ Methods (fp16 activations):
   pyquant_int4_plain  B read row-major as stored (PYQUANT_INT4_SHUFFLE=0: no in-place rewrite, the
                     Hopper default before 2026-11-24) (not in the default list)
   pyquant_int4_all  B rewritten in the shuffled order on every layer it tiles (PYQUANT_INT4_SHUFFLE=all;
-                    the default does it from N * K >= 2^25) (not in the default list)
+                    the default does it from N * K >= 2^25 where N >= K) (not in the default list)
   pyquant_int4_sv<v>  a shuffled-order kernel variant (PYQUANT_INT4_SHUF_VARIANT; 0..7 mma.sync,
                     8, 9 the wide shared-memory kernel, 10..14 CUDA-core GEMV:
                     ort_ops/cuda/matmul_int4.h), on every layer (not in the default list)
   pyquant_int4_wide / _wide1  the wide shared-memory kernel (variant 8 / 9) on every layer at every
                     M, Hopper GEMM off (not in the default list)
-  pyquant_int4_nowide  the default dispatch before the wide kernel (PYQUANT_INT4_SHUF_VARIANT=-2)
-                    (not in the default list)
+  pyquant_int4_nowide  the default dispatch without the wide kernel (PYQUANT_INT4_SHUF_VARIANT=-2;
+                    the same as pyquant_int4 while the wide kernel is off by default) (not in the
+                    default list)
   pyquant_int4_from<M>  the Hopper GEMM from M on (PYQUANT_INT4_SM90_MIN_M) (not in the default list)
   pyquant_int4_again  the default again: an A/A control of the noise between methods (not in the default list)
   pyquant_int4_mid<v>  the 9 <= M <= 64 mma.sync kernel variant v (PYQUANT_INT4_MID_VARIANT, 0..9),
@@ -109,18 +110,16 @@ METHOD_ENV = {
     },
     # the wide shared-memory mma kernel on every layer at every M (Hopper GEMM off): variant 8
     # (automatic tiles and K split) and 9 (128-row CTAs)
-    "pyquant_int4_wide": {
-        "PYQUANT_INT4_SHUF_VARIANT": "8",
-        "PYQUANT_INT4_SHUFFLE": "all",
-        "PYQUANT_INT4_SM90_MIN_M": str(1 << 40),
+    **{
+        name: {
+            "PYQUANT_INT4_SHUF_VARIANT": v,
+            "PYQUANT_INT4_SHUFFLE": "all",
+            "PYQUANT_INT4_SM90_MIN_M": str(1 << 40),
+        }
+        for name, v in (("pyquant_int4_wide", "8"), ("pyquant_int4_wide1", "9"))
     },
-    # the default dispatch before the wide kernel (PYQUANT_INT4_SHUF_VARIANT=-2)
+    # the default dispatch without the wide kernel (PYQUANT_INT4_SHUF_VARIANT=-2)
     "pyquant_int4_nowide": {"PYQUANT_INT4_SHUF_VARIANT": "-2"},
-    "pyquant_int4_wide1": {
-        "PYQUANT_INT4_SHUF_VARIANT": "9",
-        "PYQUANT_INT4_SHUFFLE": "all",
-        "PYQUANT_INT4_SM90_MIN_M": str(1 << 40),
-    },
     **{f"pyquant_int4_from{m}": {"PYQUANT_INT4_SM90_MIN_M": str(m)} for m in (17, 33, 49, 65, 129, 257)},
     "pyquant_int4_tiled": {"PYQUANT_INT4_TILED_MIN_M": "0", **_NO_SM90},
     "pyquant_int4_portable": _NO_SM90,

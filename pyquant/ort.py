@@ -82,6 +82,7 @@ def int4_weights_read_by_other_ops(model: Any) -> list[str]:
     """
     import onnx
 
+    from pyquant.convert import _all_nodes, _subgraphs
     from pyquant.ops_spec import DOMAIN, INT4_OP
 
     if isinstance(model, (str, os.PathLike)):
@@ -89,22 +90,16 @@ def int4_weights_read_by_other_ops(model: Any) -> list[str]:
     elif isinstance(model, bytes):
         model = onnx.load_from_string(model)
     b_names: set[str] = set()
-    other: set[str] = set()
-
-    def walk(graph: Any) -> None:
-        for node in graph.node:
-            is_int4 = node.op_type == INT4_OP and node.domain == DOMAIN
-            for i, name in enumerate(node.input):
-                if is_int4 and i == 1:
-                    b_names.add(name)
-                elif not is_int4:
-                    other.add(name)
-            for attr in node.attribute:
-                for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                    walk(sub)
-        other.update(o.name for o in graph.output)
-
-    walk(model.graph)
+    other = {o.name for o in model.graph.output}
+    for node in _all_nodes(model.graph):  # subgraphs included
+        is_int4 = node.op_type == INT4_OP and node.domain == DOMAIN
+        for i, name in enumerate(node.input):
+            if is_int4 and i == 1:
+                b_names.add(name)
+            elif not is_int4:
+                other.add(name)
+        for sub in _subgraphs(node):
+            other.update(o.name for o in sub.output)
     initializers = {t.name for t in model.graph.initializer}
     return sorted(b_names & other & initializers)
 

@@ -83,6 +83,14 @@ __global__ void int4_shuffled_ref_kernel(const T* __restrict__ x, const uint8_t*
   y[row * g.n + col] = StoreT<T>(acc);
 }
 
+// Scale and zero point of row `row`, block blk.
+template <typename T>
+__device__ __forceinline__ void RowBlock(const T* __restrict__ scales, const uint8_t* __restrict__ zp,
+                                         const Int4Geom& g, int row, int blk, float* s, int* z) {
+  *s = LoadF(scales, int64_t(row) * g.nb + blk);
+  *z = zp ? Int4ZeroPointAt(zp + int64_t(row) * g.zp_row_bytes, blk) : kInt4SymmetricZeroPoint;
+}
+
 __device__ __forceinline__ uint32_t LoadStream4(const void* p) {
   uint32_t v;
   asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));

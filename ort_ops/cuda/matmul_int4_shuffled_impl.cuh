@@ -80,14 +80,6 @@ __device__ __forceinline__ void ZeroAcc(float (&acc)[NT][MT8][4]) {
       for (int r = 0; r < 4; ++r) acc[j][i][r] = 0.0f;
 }
 
-// Scale and zero point of row `row`, block blk.
-template <typename T>
-__device__ __forceinline__ void RowBlock(const T* __restrict__ scales, const uint8_t* __restrict__ zp, const Int4Geom& g,
-                                         int row, int blk, float* s, int* z) {
-  *s = LoadF(scales, int64_t(row) * g.nb + blk);
-  *z = zp ? Int4ZeroPointAt(zp + int64_t(row) * g.zp_row_bytes, blk) : kInt4SymmetricZeroPoint;
-}
-
 }  // namespace cuda_detail
 
 // The wide shared-memory mma kernel (matmul_int4_shuffled_wide_impl.cu) for B in the shuffled

@@ -161,7 +161,9 @@ __global__ void __launch_bounds__(kWideThreads)
   // versions used the value one iteration after its load (in registers, then via a one-step
   // store) and every chunk iteration waited ~1 us on it, whatever M
   // (2026-11-24-h100-s10-wide-bench-cuda.md, …-wide2-bench-cuda.md).
-  constexpr int kD = kStages - 2;
+  // kD is independent of kStages (chunk c's scales go into c's stage at iteration c - 1, after
+  // the barrier that freed it); 4 slots = 4 chunk iterations of latency cover, 8 registers.
+  constexpr int kD = 4;
   const bool row_loader = tid < S::kRows;
   const int my_row = 16 * nt0 + tid;
   struct RawRow {

@@ -46,7 +46,8 @@ Methods (fp16 activations):
                     8, 9 the wide shared-memory kernel, 10..14 CUDA-core GEMV:
                     ort_ops/cuda/matmul_int4.h), on every layer (not in the default list)
   pyquant_int4_wide / _wide1  the wide shared-memory kernel (variant 8 / 9) on every layer at every
-                    M, Hopper GEMM off (not in the default list)
+                    M, Hopper GEMM off (not in the default list); _wide_f3: variant 8 with its K
+                    split aimed at 3 CTAs per SM (PYQUANT_INT4_WIDE_FILL=300)
   pyquant_int4_nowide  the default dispatch without the wide kernel (PYQUANT_INT4_SHUF_VARIANT=-2;
                     the same as pyquant_int4 while the wide kernel is off by default) (not in the
                     default list)
@@ -117,6 +118,13 @@ METHOD_ENV = {
             "PYQUANT_INT4_SM90_MIN_M": str(1 << 40),
         }
         for name, v in (("pyquant_int4_wide", "8"), ("pyquant_int4_wide1", "9"))
+    },
+    # the wide kernel with its K split aimed at 3 CTAs per SM instead of 3/4 (PYQUANT_INT4_WIDE_FILL)
+    "pyquant_int4_wide_f3": {
+        "PYQUANT_INT4_SHUF_VARIANT": "8",
+        "PYQUANT_INT4_SHUFFLE": "all",
+        "PYQUANT_INT4_SM90_MIN_M": str(1 << 40),
+        "PYQUANT_INT4_WIDE_FILL": "300",
     },
     # the default dispatch without the wide kernel (PYQUANT_INT4_SHUF_VARIANT=-2)
     "pyquant_int4_nowide": {"PYQUANT_INT4_SHUF_VARIANT": "-2"},

@@ -128,6 +128,12 @@ constexpr int64_t kInt4ShuffledGemvMaxM = 4;
 // Default: the GEMV's configuration 1 at M = 1 (H100, 4096 x 14336: 11.3 us = 90 % of the floor,
 // against 12.4 for the row-major GEMV), the mma kernel from M = 2 (14.7 against 16.8 for the GEMV).
 constexpr int64_t kInt4ShuffledGemvDefaultMaxM = 1;
+// Its default configuration by K: 3 (two n16 tiles per CTA, so X's k-tile serves two rows per thread)
+// from K = 8192, else 1. H100 at M = 1, configuration 3 against 1: 8192 x 8192 15.8 against 16.7 us
+// (74 / 70 % of the floor; MatMulNBits 16.1), 14336 x 4096 17.7 against 20.5 (not shuffled by
+// default); 4096 x 14336 15.9 against 11.3 (bench/results/2026-11-24-h100-s11-shufsweep-bench-cuda.md,
+// …-s9-shufvariants2-bench-cuda.md).
+constexpr int Int4ShuffledGemvDefaultConfig(int64_t k) { return k >= 8192 ? 3 : 1; }
 constexpr int kInt4ShuffledGemvVariantBase = 10;
 // Variants kInt4ShuffledWideVariantBase + v: the wide shared-memory mma kernel
 // (matmul_int4_shuffled_wide_impl.cu; v = 0: automatic tile and K split, 1: 128-row CTAs). By

@@ -576,7 +576,7 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
     if (AlignedTo(x, 16) && p.m <= kInt4ShuffledGemvMaxM && (variant < 0 || variant_is_gemv) &&
         (variant_is_gemv || p.m <= kInt4ShuffledGemvDefaultMaxM)) {
       // (kP, kTiles, threads, kU) per variant: the comment above kInt4ShuffledGemvVariantBase.
-      switch (variant < 0 ? 1 : variant - kInt4ShuffledGemvVariantBase) {
+      switch (variant < 0 ? Int4ShuffledGemvDefaultConfig(g.k) : variant - kInt4ShuffledGemvVariantBase) {
         case 1:
           LaunchShufGemv<T, 8, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
           break;

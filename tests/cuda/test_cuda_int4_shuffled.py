@@ -118,6 +118,18 @@ def test_int4_shuffled_gemv_variants(rng, variant, dtype, symmetric):
     _check_int4(sess, rng, [1, 2, 3, 4, 5], k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_int4_shuffled_gemv_default_long_k(rng, dtype, symmetric):
+    """The default GEMV configuration from K = 8192 (configuration 3, matmul_int4.h
+    Int4ShuffledGemvDefaultConfig) at M = 1, and the mma kernel after it; K = 8256 is uneven
+    across the GEMV's threads."""
+    k, n, bs = 8256, 384, 64
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
+    sess = _shuffled_session(model)
+    _check_int4(sess, rng, [1, 2, 5], k, n, bs, dtype, b, scales_t, zp, bias_t)
+
+
 @pytest.mark.parametrize("variant", ["-1", "13"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_int4_shuffled_large_activations(rng, variant, dtype):

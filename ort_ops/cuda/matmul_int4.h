@@ -31,6 +31,12 @@ namespace pyquant {
 // tiled kernel runs without split-K and the sm90 GEMM is not used.
 constexpr int64_t kInt4TiledMinM = 65;
 constexpr int64_t kInt4Sm90MinM = 49;
+// The wide kernel's K split: the smallest of 1, 2, 4, 8 whose grid reaches wide_fill CTAs per 100
+// SMs (each rank keeping >= 4 chunks). Nsight Compute on 4096 x 14336, M = 1
+// (bench/results/2026-11-24-h100-s11-wide3-ncu-m1.txt): at 75, 112 CTAs, 8 warps per SM, issue-bound
+// (0.49 eligible warps per scheduler, 5 cycles between a warp's instructions); PYQUANT_INT4_WIDE_FILL
+// (read at kernel creation, Int4Sm90Prepared::wide_fill) sets it for benchmarks.
+constexpr int kInt4ShuffledWideFill = 75;
 struct Int4Workspace {
   void* data = nullptr;
   size_t bytes = 0;
@@ -59,6 +65,8 @@ struct Int4Sm90Prepared {
   // PYQUANT_INT4_SHUF_VARIANT (benchmarks), -1 = the default choice.
   bool b_in_place = false;
   int shuf_variant = -1;
+  // PYQUANT_INT4_WIDE_FILL (benchmarks): the wide kernel's K-split target.
+  int wide_fill = kInt4ShuffledWideFill;
   int64_t min_m = kInt4Sm90MinM;
   int64_t min_m_large = 17;
   int tile_variant = 0;  // PYQUANT_INT4_SM90_TILE: sm90::Int4GemmArgs::variant
@@ -152,7 +160,7 @@ cudaError_t ShuffleInt4Weights(const uint8_t* src, int64_t row_bytes, int64_t n,
                                cudaStream_t stream);
 template <typename T>
 cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t stream, PdlMode pdl = {},
-                                     int variant = -1);
+                                     int variant = -1, int wide_fill = kInt4ShuffledWideFill);
 template <typename T>
 cudaError_t LaunchMatMulInt4ShuffledRef(const MatMulInt4Problem& p, cudaStream_t stream);
 

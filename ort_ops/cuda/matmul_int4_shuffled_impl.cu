@@ -548,7 +548,8 @@ cudaError_t ShuffleInt4Weights(const uint8_t* src, int64_t row_bytes, int64_t n,
 }
 
 template <typename T>
-cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t stream, PdlMode pdl, int variant) {
+cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t stream, PdlMode pdl, int variant,
+                                     int wide_fill) {
   if (p.m == 0) return cudaSuccess;
   if constexpr (std::is_same<T, float>::value) {
     return cudaErrorNotSupported;  // the op never shuffles a float32 node's weights
@@ -594,7 +595,7 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
       }
     } else if (UseShufWide(variant, g.m) && AlignedTo(x, 16) && g.m <= 65535 * 64) {
       const int wide = variant >= kInt4ShuffledWideVariantBase ? variant - kInt4ShuffledWideVariantBase : 0;
-      return LaunchInt4ShufWide<T>(wide, x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+      return LaunchInt4ShufWide<T>(wide, wide_fill, x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
     } else if (AlignedTo(x, 4) && g.m <= 65535 * 64) {
       const bool mma_variant = variant >= 0 && variant < kInt4ShuffledWideVariantBase;
       LaunchShufMmaVariant<T>(mma_variant ? variant : -1, x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
@@ -628,7 +629,7 @@ cudaError_t LaunchMatMulInt4ShuffledRef(const MatMulInt4Problem& p, cudaStream_t
 }
 
 #define PYQUANT_INSTANTIATE(T)                                                                                 \
-  template cudaError_t LaunchMatMulInt4Shuffled<T>(const MatMulInt4Problem&, cudaStream_t, PdlMode, int); \
+  template cudaError_t LaunchMatMulInt4Shuffled<T>(const MatMulInt4Problem&, cudaStream_t, PdlMode, int, int); \
   template cudaError_t LaunchMatMulInt4ShuffledRef<T>(const MatMulInt4Problem&, cudaStream_t);
 PYQUANT_INSTANTIATE(float)
 PYQUANT_INSTANTIATE(__half)

@@ -91,10 +91,11 @@ __device__ __forceinline__ void ZeroAcc(float (&acc)[NT][MT8][4]) {
 // rank order (deterministic). Preconditions: LaunchMatMulInt4Shuffled's (T = __half /
 // __nv_bfloat16, N % 128 == 0, K % 64 == 0, block_size 64 / 128 / 256), 16-byte aligned X and
 // K % 8 == 0 for the 16-byte X copies (K % 64 == 0 implies it), sm_90 (clusters).
-// variant: 0 = NT and kS automatic, 1 = NT = 1 (128-row CTAs: twice as many).
+// variant: 0 = NT and kS automatic, 1 = NT = 1 (128-row CTAs: twice as many). fill: the K split's
+// target in CTAs per 100 SMs (kInt4ShuffledWideFill, matmul_int4.h).
 // Returns the launch status.
 template <typename T>
-cudaError_t LaunchInt4ShufWide(int variant, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
+cudaError_t LaunchInt4ShufWide(int variant, int fill, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
                                const T* bias, T* y, const cuda_detail::Int4Geom& g, PdlMode pdl, cudaStream_t stream);
 
 }  // namespace pyquant

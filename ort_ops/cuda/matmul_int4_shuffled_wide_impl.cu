@@ -41,7 +41,6 @@
 #include <type_traits>
 
 #include "cuda/device_info.h"
-#include "cuda/env_knobs.h"
 #include "cuda/matmul_int4.h"
 #include "cuda/matmul_int4_shuffled_impl.cuh"
 #include "layout/int4_shuffled.h"
@@ -372,14 +371,11 @@ cudaError_t LaunchWideMt(int nt, int ks, const T* x, const uint8_t* b, const T* 
 
 }  // namespace
 
-// The split: the smallest kS in {1, 2, 4, 8} whose grid reaches ~3/4 of the SMs (each rank keeps
-// >= 4 chunks); a fuller split only adds partial tiles to sum. PYQUANT_INT4_WIDE_FILL (benchmarks,
-// read per launch: this kernel is opt-in) sets that target in CTAs per 100 SMs (default 75).
-// Nsight Compute on 4096 x 14336, M = 1 (…-s11-wide3-ncu-m1.txt): 112 CTAs, so 8 warps per SM,
-// issue-bound (0.49 eligible warps per scheduler, 5 cycles between a warp's instructions), not
-// waiting on its scale loads; a fill of 300 gives 3 CTAs per SM where the chunks allow it.
+// The split: the smallest kS in {1, 2, 4, 8} whose grid reaches `fill` CTAs per 100 SMs (default
+// kInt4ShuffledWideFill = 75: ~3/4 of the SMs; each rank keeps >= 4 chunks); a fuller split adds
+// partial tiles to sum but more warps per SM (see kInt4ShuffledWideFill).
 template <typename T>
-cudaError_t LaunchInt4ShufWide(int variant, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
+cudaError_t LaunchInt4ShufWide(int variant, int fill, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
                                const T* bias, T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   int nt = (g.n % 256 == 0 && variant != 1) ? 2 : 1;
   const int mt8 = g.m <= 8 ? 1 : g.m <= 16 ? 2 : g.m <= 32 ? 4 : 8;
@@ -387,9 +383,8 @@ cudaError_t LaunchInt4ShufWide(int variant, const T* x, const uint8_t* b, const 
   int dev = 0;
   const int sms = cudaGetDevice(&dev) == cudaSuccess ? CudaSmCount(dev) : 132;
   const int chunks = g.k / kWideChunkK;
-  const int64_t fill = std::max(1, EnvInt("PYQUANT_INT4_WIDE_FILL", 75));
   int ks = 1;
-  while (ks < 8 && row_blocks * ks * 100 < int64_t(sms) * fill && chunks / (2 * ks) >= 4) ks *= 2;
+  while (ks < 8 && row_blocks * ks * 100 < int64_t(sms) * std::max(fill, 1) && chunks / (2 * ks) >= 4) ks *= 2;
   switch (mt8) {
     case 1:
       return LaunchWideMt<T, 1>(nt, ks, x, b, s, zp, bias, y, g, pdl, stream);
@@ -402,9 +397,9 @@ cudaError_t LaunchInt4ShufWide(int variant, const T* x, const uint8_t* b, const 
   }
 }
 
-template cudaError_t LaunchInt4ShufWide<__half>(int, const __half*, const uint8_t*, const __half*, const uint8_t*,
+template cudaError_t LaunchInt4ShufWide<__half>(int, int, const __half*, const uint8_t*, const __half*, const uint8_t*,
                                                 const __half*, __half*, const Int4Geom&, PdlMode, cudaStream_t);
-template cudaError_t LaunchInt4ShufWide<__nv_bfloat16>(int, const __nv_bfloat16*, const uint8_t*,
+template cudaError_t LaunchInt4ShufWide<__nv_bfloat16>(int, int, const __nv_bfloat16*, const uint8_t*,
                                                        const __nv_bfloat16*, const uint8_t*, const __nv_bfloat16*,
                                                        __nv_bfloat16*, const Int4Geom&, PdlMode, cudaStream_t);
 

@@ -48,6 +48,8 @@ Methods (fp16 activations):
   pyquant_int4_wide / _wide1  the wide shared-memory kernel (variant 8 / 9) on every layer at every
                     M, Hopper GEMM off (not in the default list); _wide_f3: variant 8 with its K
                     split aimed at 3 CTAs per SM (PYQUANT_INT4_WIDE_FILL=300)
+  pyquant_int4_xahead  the default with the register mma kernel's X fragments loaded one k16 step
+                    ahead (PYQUANT_INT4_SHUF_XAHEAD=1) (not in the default list)
   pyquant_int4_nowide  the default dispatch without the wide kernel (PYQUANT_INT4_SHUF_VARIANT=-2;
                     the same as pyquant_int4 while the wide kernel is off by default) (not in the
                     default list)
@@ -126,6 +128,8 @@ METHOD_ENV = {
         "PYQUANT_INT4_SM90_MIN_M": str(1 << 40),
         "PYQUANT_INT4_WIDE_FILL": "300",
     },
+    # the register mma kernel with X one k16 step ahead (PYQUANT_INT4_SHUF_XAHEAD, matmul_int4.h)
+    "pyquant_int4_xahead": {"PYQUANT_INT4_SHUF_XAHEAD": "1"},
     # the default dispatch without the wide kernel (PYQUANT_INT4_SHUF_VARIANT=-2)
     "pyquant_int4_nowide": {"PYQUANT_INT4_SHUF_VARIANT": "-2"},
     **{f"pyquant_int4_from{m}": {"PYQUANT_INT4_SM90_MIN_M": str(m)} for m in (17, 33, 49, 65, 129, 257)},

@@ -35,8 +35,13 @@ constexpr int64_t kInt4Sm90MinM = 49;
 // SMs (each rank keeping >= 4 chunks). Nsight Compute on 4096 x 14336, M = 1
 // (bench/results/2026-11-24-h100-s11-wide3-ncu-m1.txt): at 75, 112 CTAs, 8 warps per SM, issue-bound
 // (0.49 eligible warps per scheduler, 5 cycles between a warp's instructions); PYQUANT_INT4_WIDE_FILL
-// (read at kernel creation, Int4Sm90Prepared::wide_fill) sets it for benchmarks.
+// (read at kernel creation, Int4ShufKnobs::wide_fill) sets it for benchmarks.
 constexpr int kInt4ShuffledWideFill = 75;
+// The register mma kernel with each k16 step's X fragments loaded one step ahead (during the
+// previous step's MMAs) instead of right before their use: Nsight Compute on 4096 x 14336, M = 16
+// (bench/results/2026-11-24-h100-s11-ncu-shufmma-m16w.txt) has 30 % of its stall cycles waiting on
+// L1TEX loads, and the weights are already a group ahead. Off until measured.
+constexpr bool kInt4ShuffledXAheadDefault = false;
 struct Int4Workspace {
   void* data = nullptr;
   size_t bytes = 0;
@@ -49,6 +54,17 @@ struct Int4Workspace {
 // small-M variant on 4096 x 14336, 14336 x 4096, 8192 x 8192, K x N); on 4096 x 4096 the small-M
 // kernels stay faster through M = 48 (19.0 vs 20.7 us; 10.5 vs 20.5 at M = 32):
 // bench/results/2026-11-22-h100-s6-mid-bench-cuda.md, …-s6-ring-bench-cuda.md, …-s6-mid9-bench-cuda.md.
+// Benchmark knobs of the shuffled-order kernels (LaunchMatMulInt4Shuffled), read from the
+// environment at kernel creation (matmul_int4_op.cc); the defaults are the production choice.
+//   variant: PYQUANT_INT4_SHUF_VARIANT, -1 = the default dispatch (see kInt4ShuffledGemvVariantBase);
+//   wide_fill: PYQUANT_INT4_WIDE_FILL, the wide kernel's K-split target (kInt4ShuffledWideFill);
+//   x_ahead: PYQUANT_INT4_SHUF_XAHEAD = 0 / 1, the register mma kernel's X fragments loaded one k16
+//     step ahead of their MMAs (-1 = kInt4ShuffledXAheadDefault).
+struct Int4ShufKnobs {
+  int variant = -1;
+  int wide_fill = kInt4ShuffledWideFill;
+  int x_ahead = -1;
+};
 struct Int4Sm90Prepared {
   const void* scales_t = nullptr;
   const void* zeros_t = nullptr;
@@ -61,12 +77,9 @@ struct Int4Sm90Prepared {
   bool shuffled_copy = false;
   // B itself is in the shuffled order (the op rewrote the constant initializer in place at
   // session creation, matmul_int4_op.cc): b_shuffled == B, and every M runs a kernel that reads
-  // that order (the Hopper GEMM, or LaunchMatMulInt4Shuffled below it). shuf_variant:
-  // PYQUANT_INT4_SHUF_VARIANT (benchmarks), -1 = the default choice.
+  // that order (the Hopper GEMM, or LaunchMatMulInt4Shuffled below it, with `shuf`).
   bool b_in_place = false;
-  int shuf_variant = -1;
-  // PYQUANT_INT4_WIDE_FILL (benchmarks): the wide kernel's K-split target.
-  int wide_fill = kInt4ShuffledWideFill;
+  Int4ShufKnobs shuf;
   int64_t min_m = kInt4Sm90MinM;
   int64_t min_m_large = 17;
   int tile_variant = 0;  // PYQUANT_INT4_SM90_TILE: sm90::Int4GemmArgs::variant
@@ -160,7 +173,7 @@ cudaError_t ShuffleInt4Weights(const uint8_t* src, int64_t row_bytes, int64_t n,
                                cudaStream_t stream);
 template <typename T>
 cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t stream, PdlMode pdl = {},
-                                     int variant = -1, int wide_fill = kInt4ShuffledWideFill);
+                                     const Int4ShufKnobs& knobs = {});
 template <typename T>
 cudaError_t LaunchMatMulInt4ShuffledRef(const MatMulInt4Problem& p, cudaStream_t stream);
 

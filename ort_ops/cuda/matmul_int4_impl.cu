@@ -605,7 +605,7 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
     path = ChooseInt4Path<T>(p, tiled_min_m, nullptr);  // not enough scratch: portable kernels
   }
 #endif
-  if (shuffled) return LaunchMatMulInt4Shuffled<T>(p, stream, pdl, sm90->shuf_variant, sm90->wide_fill);
+  if (shuffled) return LaunchMatMulInt4Shuffled<T>(p, stream, pdl, sm90->shuf);
   if (path == Int4Path::kRef) return LaunchMatMulInt4Ref<T>(p, stream);
   if constexpr (!std::is_same<T, float>::value) {
     const auto& a = p.attrs;

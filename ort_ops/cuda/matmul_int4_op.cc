@@ -61,8 +61,9 @@ class MatMulInt4Cuda final : public Kernel {
     sm90_.min_m = CudaInt4Sm90MinM();
     sm90_ = CudaInt4Sm90Knobs(sm90_);
     if (sm90_.min_m != kInt4Sm90MinM) sm90_.min_m_large = sm90_.min_m;  // an explicit setting wins
-    sm90_.shuf_variant = EnvInt("PYQUANT_INT4_SHUF_VARIANT", -1);
-    sm90_.wide_fill = EnvInt("PYQUANT_INT4_WIDE_FILL", kInt4ShuffledWideFill);
+    sm90_.shuf.variant = EnvInt("PYQUANT_INT4_SHUF_VARIANT", -1);
+    sm90_.shuf.wide_fill = EnvInt("PYQUANT_INT4_WIDE_FILL", kInt4ShuffledWideFill);
+    sm90_.shuf.x_ahead = EnvInt("PYQUANT_INT4_SHUF_XAHEAD", -1);
     // PYQUANT_INT4_SHUFFLE: 0 = never; 1 (default) = Int4ShuffleByDefault layers (matmul_int4.h);
     // all = every layer the order tiles; require = all, and fail session creation where it cannot.
     const int shuffle = EnvChoice("PYQUANT_INT4_SHUFFLE", {"0", "1", "all", "require"}, 1);

@@ -129,7 +129,10 @@ __device__ __forceinline__ void LoadShufGroup(ShufGroup<T, NT, U>& f, const uint
   }
 }
 
-template <typename T, int MT8, int NT, int kWarps, int U, int kS>
+// kXAhead: X's fragments of step s + 1 are loaded while step s's MMAs run (two register sets,
+// xs[s % 2]; U even, so a group's first step always uses set 0), instead of right before use.
+// Tokens >= M then read row M - 1 unmasked: their accumulators are never stored.
+template <typename T, int MT8, int NT, int kWarps, int U, int kS, bool kXAhead = false>
 __global__ void __launch_bounds__(kWarps * 32)
     int4_shuffled_mma_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
                              const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
@@ -162,6 +165,18 @@ __global__ void __launch_bounds__(kWarps * 32)
   int grp = worker;
   if (grp < groups) LoadShufGroup<T, NT, U>(cur, b, scales, zp, g, nt0, grp, lane);
   if (weights_early) PdlWaitPrimary();  // X and Y only after the previous grid is complete
+  static_assert(!kXAhead || U % 2 == 0, "X-ahead alternates two register sets per step");
+  auto load_x = [&](int k, uint32_t (&xb)[MT8][2]) {
+#pragma unroll
+    for (int i = 0; i < MT8; ++i) {
+      xb[i][0] = __ldg(reinterpret_cast<const uint32_t*>(xrow[i] + k));
+      xb[i][1] = __ldg(reinterpret_cast<const uint32_t*>(xrow[i] + k + 8));
+    }
+  };
+  uint32_t xs[kXAhead ? 2 : 1][MT8][2];
+  if constexpr (kXAhead) {
+    if (grp < groups) load_x(grp * U * 16, xs[0]);
+  }
   for (; grp < groups; grp += kWarps * kS) {
     ShufGroup<T, NT, U> nxt;
     const int gn = grp + kWarps * kS;
@@ -172,13 +187,21 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int k = (grp * U + u) * 16;
-      uint32_t xb[MT8][2];
+      uint32_t(&xb)[MT8][2] = xs[kXAhead ? (u & 1) : 0];
+      if constexpr (kXAhead) {
+        // the next step's fragments: this group's step u + 1, or the next group's first step
+        if (u + 1 < U) {
+          load_x(k + 16, xs[(u + 1) & 1]);
+        } else if (gn < groups) {
+          load_x(gn * U * 16, xs[0]);
+        }
+      } else {
+        load_x(k, xb);
 #pragma unroll
-      for (int i = 0; i < MT8; ++i) {
-        const uint32_t lo = __ldg(reinterpret_cast<const uint32_t*>(xrow[i] + k));
-        const uint32_t hi = __ldg(reinterpret_cast<const uint32_t*>(xrow[i] + k + 8));
-        xb[i][0] = xvalid[i] ? lo : 0u;
-        xb[i][1] = xvalid[i] ? hi : 0u;
+        for (int i = 0; i < MT8; ++i) {
+          xb[i][0] = xvalid[i] ? xb[i][0] : 0u;
+          xb[i][1] = xvalid[i] ? xb[i][1] : 0u;
+        }
       }
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
@@ -448,12 +471,12 @@ bool UseShufWide(int variant, int m) {
 }
 
 // kS > 1: clusters of kS CTAs split K (sm_90: the only GPUs where B is shuffled).
-template <typename T, int MT8, int NT, int kWarps, int U, int kS = 1>
+template <typename T, int MT8, int NT, int kWarps, int U, int kS = 1, bool kXAhead = false>
 void LaunchShufMma(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y, const Int4Geom& g,
                    PdlMode pdl, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(g.n / (16 * NT) * kS), static_cast<unsigned>((g.m + 8 * MT8 - 1) / (8 * MT8)));
-  (void)LaunchWithPdlCluster(int4_shuffled_mma_kernel<T, MT8, NT, kWarps, U, kS>, grid, dim3(32 * kWarps), 0, kS,
-                             stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
+  (void)LaunchWithPdlCluster(int4_shuffled_mma_kernel<T, MT8, NT, kWarps, U, kS, kXAhead>, grid, dim3(32 * kWarps), 0,
+                             kS, stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
 }
 
 template <typename T, int kP, int kTiles, int kThreads, int kU>
@@ -482,11 +505,14 @@ int CurrentSmCount() {
   return cudaGetDevice(&dev) == cudaSuccess ? CudaSmCount(dev) : 132;
 }
 
+// x_ahead: the X-ahead kernels (kXAhead) for variants 3 and 4, the default's two.
 template <typename T, int MT8>
-void LaunchShufMmaMt(int variant, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
-                     const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
+void LaunchShufMmaMt(int variant, bool x_ahead, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
+                     const T* bias, T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   constexpr int kNt4 = MT8 <= 2 ? 4 : 2;
   if (variant < 0) variant = g.n / 64 >= CurrentSmCount() ? 4 : 3;
+  if (x_ahead && variant == 3) return LaunchShufMma<T, MT8, kNt4, 8, 4, 2, true>(x, b, s, zp, bias, y, g, pdl, stream);
+  if (x_ahead && variant == 4) return LaunchShufMma<T, MT8, kNt4, 8, 4, 1, true>(x, b, s, zp, bias, y, g, pdl, stream);
   switch (variant) {
     case 1:
       LaunchShufMma<T, MT8, 2, 8, 4>(x, b, s, zp, bias, y, g, pdl, stream);
@@ -515,16 +541,16 @@ void LaunchShufMmaMt(int variant, const T* x, const uint8_t* b, const T* s, cons
 }
 
 template <typename T>
-void LaunchShufMmaVariant(int variant, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
-                          const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
+void LaunchShufMmaVariant(int variant, bool x_ahead, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
+                          const T* bias, T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   if (g.m <= 8) {
-    LaunchShufMmaMt<T, 1>(variant, x, b, s, zp, bias, y, g, pdl, stream);
+    LaunchShufMmaMt<T, 1>(variant, x_ahead, x, b, s, zp, bias, y, g, pdl, stream);
   } else if (g.m <= 16) {
-    LaunchShufMmaMt<T, 2>(variant, x, b, s, zp, bias, y, g, pdl, stream);
+    LaunchShufMmaMt<T, 2>(variant, x_ahead, x, b, s, zp, bias, y, g, pdl, stream);
   } else if (g.m <= 32) {
-    LaunchShufMmaMt<T, 4>(variant, x, b, s, zp, bias, y, g, pdl, stream);
+    LaunchShufMmaMt<T, 4>(variant, x_ahead, x, b, s, zp, bias, y, g, pdl, stream);
   } else {
-    LaunchShufMmaMt<T, 8>(variant, x, b, s, zp, bias, y, g, pdl, stream);
+    LaunchShufMmaMt<T, 8>(variant, x_ahead, x, b, s, zp, bias, y, g, pdl, stream);
   }
 }
 
@@ -548,8 +574,9 @@ cudaError_t ShuffleInt4Weights(const uint8_t* src, int64_t row_bytes, int64_t n,
 }
 
 template <typename T>
-cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t stream, PdlMode pdl, int variant,
-                                     int wide_fill) {
+cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t stream, PdlMode pdl,
+                                     const Int4ShufKnobs& knobs) {
+  const int variant = knobs.variant;
   if (p.m == 0) return cudaSuccess;
   if constexpr (std::is_same<T, float>::value) {
     return cudaErrorNotSupported;  // the op never shuffles a float32 node's weights
@@ -595,10 +622,11 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
       }
     } else if (UseShufWide(variant, g.m) && AlignedTo(x, 16) && g.m <= 65535 * 64) {
       const int wide = variant >= kInt4ShuffledWideVariantBase ? variant - kInt4ShuffledWideVariantBase : 0;
-      return LaunchInt4ShufWide<T>(wide, wide_fill, x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+      return LaunchInt4ShufWide<T>(wide, knobs.wide_fill, x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
     } else if (AlignedTo(x, 4) && g.m <= 65535 * 64) {
       const bool mma_variant = variant >= 0 && variant < kInt4ShuffledWideVariantBase;
-      LaunchShufMmaVariant<T>(mma_variant ? variant : -1, x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+      const bool x_ahead = knobs.x_ahead < 0 ? kInt4ShuffledXAheadDefault : knobs.x_ahead != 0;
+      LaunchShufMmaVariant<T>(mma_variant ? variant : -1, x_ahead, x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
     } else {
       return LaunchMatMulInt4ShuffledRef<T>(p, stream);
     }
@@ -629,7 +657,8 @@ cudaError_t LaunchMatMulInt4ShuffledRef(const MatMulInt4Problem& p, cudaStream_t
 }
 
 #define PYQUANT_INSTANTIATE(T)                                                                                 \
-  template cudaError_t LaunchMatMulInt4Shuffled<T>(const MatMulInt4Problem&, cudaStream_t, PdlMode, int, int); \
+  template cudaError_t LaunchMatMulInt4Shuffled<T>(const MatMulInt4Problem&, cudaStream_t, PdlMode,          \
+                                                    const Int4ShufKnobs&);                                 \
   template cudaError_t LaunchMatMulInt4ShuffledRef<T>(const MatMulInt4Problem&, cudaStream_t);
 PYQUANT_INSTANTIATE(float)
 PYQUANT_INSTANTIATE(__half)

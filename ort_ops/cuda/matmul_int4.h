@@ -40,8 +40,11 @@ constexpr int kInt4ShuffledWideFill = 75;
 // The register mma kernel with each k16 step's X fragments loaded one step ahead (during the
 // previous step's MMAs) instead of right before their use: Nsight Compute on 4096 x 14336, M = 16
 // (bench/results/2026-11-24-h100-s11-ncu-shufmma-m16w.txt) has 30 % of its stall cycles waiting on
-// L1TEX loads, and the weights are already a group ahead. Off until measured.
-constexpr bool kInt4ShuffledXAheadDefault = false;
+// L1TEX loads, and the weights are already a group ahead. Default for 9 <= M <= 16 (MT8 = 2) only:
+// H100, same run, M = 16: 19.3 / 22.4 us against 19.8 / 23.1 on 4096 x 14336 / 8192 x 8192, but
+// M = 2-8 6 % slower (15.5 vs 14.5 us) and M = 32-128 even or slower
+// (bench/results/2026-11-24-h100-s11-xahead-bench-cuda.md).
+constexpr bool Int4ShuffledXAheadByDefault(int mt8) { return mt8 == 2; }
 struct Int4Workspace {
   void* data = nullptr;
   size_t bytes = 0;
@@ -59,7 +62,7 @@ struct Int4Workspace {
 //   variant: PYQUANT_INT4_SHUF_VARIANT, -1 = the default dispatch (see kInt4ShuffledGemvVariantBase);
 //   wide_fill: PYQUANT_INT4_WIDE_FILL, the wide kernel's K-split target (kInt4ShuffledWideFill);
 //   x_ahead: PYQUANT_INT4_SHUF_XAHEAD = 0 / 1, the register mma kernel's X fragments loaded one k16
-//     step ahead of their MMAs (-1 = kInt4ShuffledXAheadDefault).
+//     step ahead of their MMAs (-1 = Int4ShuffledXAheadByDefault).
 struct Int4ShufKnobs {
   int variant = -1;
   int wide_fill = kInt4ShuffledWideFill;

@@ -505,12 +505,14 @@ int CurrentSmCount() {
   return cudaGetDevice(&dev) == cudaSuccess ? CudaSmCount(dev) : 132;
 }
 
-// x_ahead: the X-ahead kernels (kXAhead) for variants 3 and 4, the default's two.
+// x_ahead (-1 = Int4ShuffledXAheadByDefault, 0, 1): the X-ahead kernels (kXAhead) for variants 3
+// and 4, the default's two.
 template <typename T, int MT8>
-void LaunchShufMmaMt(int variant, bool x_ahead, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
+void LaunchShufMmaMt(int variant, int x_ahead_knob, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
                      const T* bias, T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   constexpr int kNt4 = MT8 <= 2 ? 4 : 2;
   if (variant < 0) variant = g.n / 64 >= CurrentSmCount() ? 4 : 3;
+  const bool x_ahead = x_ahead_knob < 0 ? Int4ShuffledXAheadByDefault(MT8) : x_ahead_knob != 0;
   if (x_ahead && variant == 3) return LaunchShufMma<T, MT8, kNt4, 8, 4, 2, true>(x, b, s, zp, bias, y, g, pdl, stream);
   if (x_ahead && variant == 4) return LaunchShufMma<T, MT8, kNt4, 8, 4, 1, true>(x, b, s, zp, bias, y, g, pdl, stream);
   switch (variant) {
@@ -541,7 +543,7 @@ void LaunchShufMmaMt(int variant, bool x_ahead, const T* x, const uint8_t* b, co
 }
 
 template <typename T>
-void LaunchShufMmaVariant(int variant, bool x_ahead, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
+void LaunchShufMmaVariant(int variant, int x_ahead, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
                           const T* bias, T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   if (g.m <= 8) {
     LaunchShufMmaMt<T, 1>(variant, x_ahead, x, b, s, zp, bias, y, g, pdl, stream);
@@ -625,8 +627,8 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
       return LaunchInt4ShufWide<T>(wide, knobs.wide_fill, x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
     } else if (AlignedTo(x, 4) && g.m <= 65535 * 64) {
       const bool mma_variant = variant >= 0 && variant < kInt4ShuffledWideVariantBase;
-      const bool x_ahead = knobs.x_ahead < 0 ? kInt4ShuffledXAheadDefault : knobs.x_ahead != 0;
-      LaunchShufMmaVariant<T>(mma_variant ? variant : -1, x_ahead, x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+      LaunchShufMmaVariant<T>(mma_variant ? variant : -1, knobs.x_ahead, x, p.b, s, p.zero_points, bias, y, g, pdl,
+                              stream);
     } else {
       return LaunchMatMulInt4ShuffledRef<T>(p, stream);
     }

@@ -49,14 +49,6 @@ struct Int4Workspace {
   void* data = nullptr;
   size_t bytes = 0;
 };
-// Inputs of the sm90 GEMM that the node derives once from constant scales / zero points:
-// scales_t [n_blocks, N] T = scales transposed, zeros_t [n_blocks, N] T = -zp * scale.
-// min_m: the sm90 GEMM serves M >= min_m; min_m_large applies instead to layers with
-// N * K >= 2^25 (4096 x 8192): there its fixed ~3x-floor cost mostly beats the small-M kernels
-// from M = 17 (H100, M = 32: 29.4 / 34.7 / 35.8 us against 39.9 / 31.3 / 37.4 for the best
-// small-M variant on 4096 x 14336, 14336 x 4096, 8192 x 8192, K x N); on 4096 x 4096 the small-M
-// kernels stay faster through M = 48 (19.0 vs 20.7 us; 10.5 vs 20.5 at M = 32):
-// bench/results/2026-11-22-h100-s6-mid-bench-cuda.md, …-s6-ring-bench-cuda.md, …-s6-mid9-bench-cuda.md.
 // Benchmark knobs of the shuffled-order kernels (LaunchMatMulInt4Shuffled), read from the
 // environment at kernel creation (matmul_int4_op.cc); the defaults are the production choice.
 //   variant: PYQUANT_INT4_SHUF_VARIANT, -1 = the default dispatch (see kInt4ShuffledGemvVariantBase);
@@ -68,6 +60,14 @@ struct Int4ShufKnobs {
   int wide_fill = kInt4ShuffledWideFill;
   int x_ahead = -1;
 };
+// Inputs of the sm90 GEMM that the node derives once from constant scales / zero points:
+// scales_t [n_blocks, N] T = scales transposed, zeros_t [n_blocks, N] T = -zp * scale.
+// min_m: the sm90 GEMM serves M >= min_m; min_m_large applies instead to layers with
+// N * K >= 2^25 (4096 x 8192): there its fixed ~3x-floor cost mostly beats the small-M kernels
+// from M = 17 (H100, M = 32: 29.4 / 34.7 / 35.8 us against 39.9 / 31.3 / 37.4 for the best
+// small-M variant on 4096 x 14336, 14336 x 4096, 8192 x 8192, K x N); on 4096 x 4096 the small-M
+// kernels stay faster through M = 48 (19.0 vs 20.7 us; 10.5 vs 20.5 at M = 32):
+// bench/results/2026-11-22-h100-s6-mid-bench-cuda.md, …-s6-ring-bench-cuda.md, …-s6-mid9-bench-cuda.md.
 struct Int4Sm90Prepared {
   const void* scales_t = nullptr;
   const void* zeros_t = nullptr;

@@ -169,7 +169,8 @@ constexpr int kInt4ShuffledWideVariantBase = 8;
 // Off: as measured on an H100 the wide kernel is 2-4x slower than the register kernel and the
 // Hopper GEMM at every M (bench/results/2026-11-24-h100-s10-wide2-bench-cuda.md, column
 // pyquant_int4 of that run = the wide kernel for 2 <= M <= 128; pyquant_int4_nowide = this
-// dispatch): each chunk iteration waits on its scale loads (see the kernel's notes).
+// dispatch), and 1.4-2x slower with 3 CTAs per SM (…-s11-widefill-bench-cuda.md): it is
+// issue-bound on too few warps (kInt4ShuffledWideFill), not waiting on its scale loads.
 constexpr int64_t kInt4ShuffledWideMinM = int64_t{1} << 40;
 size_t Int4ShuffledWeightBytes(int64_t n, int64_t k);
 cudaError_t ShuffleInt4Weights(const uint8_t* src, int64_t row_bytes, int64_t n, int64_t k, void* dst,

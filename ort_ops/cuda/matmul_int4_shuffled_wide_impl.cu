@@ -157,10 +157,10 @@ __global__ void __launch_bounds__(kWideThreads)
   // byte for a chunk's block with plain loads (2-byte scales and nibbles do not suit cp.async),
   // keeps them kD iterations in one of kD register slots, and only then converts and stores them
   // into the chunk's stage (at the iteration before the chunk is used). Nothing reads a loaded
-  // value earlier, so the loads' DRAM latency hides behind kD chunk iterations. Why: the first two
-  // versions used the value one iteration after its load (in registers, then via a one-step
-  // store) and every chunk iteration waited ~1 us on it, whatever M
-  // (2026-11-24-h100-s10-wide-bench-cuda.md, …-wide2-bench-cuda.md).
+  // value earlier, so the loads' DRAM latency hides behind kD chunk iterations. (Written when the
+  // ~1 us per chunk of the first two versions, 2026-11-24-h100-s10-wide-bench-cuda.md, was blamed
+  // on these loads; it did not change that time, …-s11-wide3-bench-cuda.md: Nsight Compute shows
+  // the kernel issue-bound on 8 warps per SM, …-s11-wide3-ncu-m1.txt.)
   // kD is independent of kStages (chunk c's scales go into c's stage at iteration c - 1, after
   // the barrier that freed it); 4 slots = 4 chunk iterations of latency cover, 8 registers.
   constexpr int kD = 4;

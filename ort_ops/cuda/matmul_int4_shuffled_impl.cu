@@ -505,16 +505,26 @@ int CurrentSmCount() {
   return cudaGetDevice(&dev) == cudaSuccess ? CudaSmCount(dev) : 132;
 }
 
-// x_ahead (-1 = Int4ShuffledXAheadByDefault, 0, 1): the X-ahead kernels (kXAhead) for variants 3
-// and 4, the default's two.
+// Variants 3 (kS = 2) and 4 (kS = 1), the default's two: (NT4, 8 warps, U = 4), with the X-ahead
+// kernel (kXAhead) when x_ahead.
+template <typename T, int MT8, int kS>
+void LaunchShufMmaNt4(bool x_ahead, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
+                      const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
+  constexpr int kNt4 = MT8 <= 2 ? 4 : 2;
+  if (x_ahead) {
+    LaunchShufMma<T, MT8, kNt4, 8, 4, kS, true>(x, b, s, zp, bias, y, g, pdl, stream);
+  } else {
+    LaunchShufMma<T, MT8, kNt4, 8, 4, kS>(x, b, s, zp, bias, y, g, pdl, stream);
+  }
+}
+
+// x_ahead_knob (-1 = Int4ShuffledXAheadByDefault, 0, 1): the X-ahead kernels for variants 3 and 4.
 template <typename T, int MT8>
 void LaunchShufMmaMt(int variant, int x_ahead_knob, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
                      const T* bias, T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   constexpr int kNt4 = MT8 <= 2 ? 4 : 2;
   if (variant < 0) variant = g.n / 64 >= CurrentSmCount() ? 4 : 3;
   const bool x_ahead = x_ahead_knob < 0 ? Int4ShuffledXAheadByDefault(MT8) : x_ahead_knob != 0;
-  if (x_ahead && variant == 3) return LaunchShufMma<T, MT8, kNt4, 8, 4, 2, true>(x, b, s, zp, bias, y, g, pdl, stream);
-  if (x_ahead && variant == 4) return LaunchShufMma<T, MT8, kNt4, 8, 4, 1, true>(x, b, s, zp, bias, y, g, pdl, stream);
   switch (variant) {
     case 1:
       LaunchShufMma<T, MT8, 2, 8, 4>(x, b, s, zp, bias, y, g, pdl, stream);
@@ -523,10 +533,10 @@ void LaunchShufMmaMt(int variant, int x_ahead_knob, const T* x, const uint8_t* b
       LaunchShufMma<T, MT8, 1, (MT8 <= 4 ? 16 : 8), 4>(x, b, s, zp, bias, y, g, pdl, stream);
       break;
     case 3:
-      LaunchShufMma<T, MT8, kNt4, 8, 4, 2>(x, b, s, zp, bias, y, g, pdl, stream);
+      LaunchShufMmaNt4<T, MT8, 2>(x_ahead, x, b, s, zp, bias, y, g, pdl, stream);
       break;
     case 4:
-      LaunchShufMma<T, MT8, kNt4, 8, 4>(x, b, s, zp, bias, y, g, pdl, stream);
+      LaunchShufMmaNt4<T, MT8, 1>(x_ahead, x, b, s, zp, bias, y, g, pdl, stream);
       break;
     case 5:
       LaunchShufMma<T, MT8, kNt4, 8, 4, 4>(x, b, s, zp, bias, y, g, pdl, stream);

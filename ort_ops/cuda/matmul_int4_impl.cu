@@ -473,12 +473,6 @@ namespace {
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-int Log2(int64_t v) {
-  int l = 0;
-  while ((int64_t{1} << l) < v) ++l;
-  return l;
-}
-
 // Which fast kernel serves a problem, or none (-> reference kernel).
 enum class Int4Path { kRef, kSmallM8, kSmallM16, kSmallM32, kSmallM64, kTiled, kSm90 };
 
@@ -609,15 +603,7 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
   if (path == Int4Path::kRef) return LaunchMatMulInt4Ref<T>(p, stream);
   if constexpr (!std::is_same<T, float>::value) {
     const auto& a = p.attrs;
-    Int4Geom g;
-    g.m = static_cast<int>(p.m);
-    g.n = static_cast<int>(a.n);
-    g.k = static_cast<int>(a.k);
-    g.bs_log2 = Log2(a.block_size);
-    g.nb = static_cast<int>(a.n_blocks());
-    g.row_bytes = static_cast<int>(Int4RowBytes(a.k, a.block_size));
-    g.zp_row_bytes = static_cast<int>(Int4ZeroPointRowBytes(a.k, a.block_size));
-    g.n_chunks = static_cast<int>((int64_t(g.nb) * a.block_size + 127) / 128);
+    const Int4Geom g = MakeInt4Geom(p.m, a);
     const T* x = static_cast<const T*>(p.x);
     const T* s = static_cast<const T*>(p.scales);
     const T* bias = static_cast<const T*>(p.bias);

@@ -9,6 +9,7 @@
 
 #include "cuda/pdl.h"
 #include "layout/int4_block.h"
+#include "ops/matmul_int4.h"
 
 namespace pyquant {
 namespace cuda_detail {
@@ -201,6 +202,20 @@ struct Int4Geom {
   int zp_row_bytes;
   int n_chunks;   // ceil(nb * block_size / 128): 128-wide K chunks of the padded row
 };
+
+// The geometry of M tokens through a node with attributes `a` (host; the launchers' one set-up).
+inline Int4Geom MakeInt4Geom(int64_t m, const MatMulInt4Attrs& a) {
+  Int4Geom g{};
+  g.m = static_cast<int>(m);
+  g.n = static_cast<int>(a.n);
+  g.k = static_cast<int>(a.k);
+  while ((int64_t{1} << g.bs_log2) < a.block_size) ++g.bs_log2;
+  g.nb = static_cast<int>(a.n_blocks());
+  g.row_bytes = static_cast<int>(Int4RowBytes(a.k, a.block_size));
+  g.zp_row_bytes = static_cast<int>(Int4ZeroPointRowBytes(a.k, a.block_size));
+  g.n_chunks = static_cast<int>((int64_t(g.nb) * a.block_size + 127) / 128);
+  return g;
+}
 
 // The weights of one thread for one 128-wide chunk: 16 bytes of B row `col` at k = kb, with the
 // block's scale and zero point. Out-of-range rows / chunks load as zero codes with scale 0

@@ -135,8 +135,10 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 //     kInt4ShuffledGemvVariantBase + v the GEMV's (pieces per CTA tile, tiles, threads, k-tiles per
 //     unit, cluster K split) configuration v: 0: (4, 1, 128, 4, 1), 1: (8, 1, 128, 4, 1),
 //     2: (2, 1, 128, 4, 1), 3: (4, 2, 128, 4, 1), 4: (8, 2, 128, 4, 1), 5: (8, 1, 128, 4, 2),
-//     6: (8, 1, 128, 4, 4), 7: (4, 1, 128, 4, 2), 8: (4, 2, 128, 4, 2), 9: (8, 2, 128, 4, 2), up to
-//     M = kInt4ShuffledGemvMaxM.
+//     6: (8, 1, 128, 4, 4), 7: (4, 1, 128, 4, 2), 8: (4, 2, 128, 4, 2), 9: (8, 2, 128, 4, 2);
+//     32 pieces (a warp's lanes span 4 adjacent tiles: 512 contiguous bytes per load instruction):
+//     10: (32, 1, 128, 4, 2), 11: (32, 1, 128, 4, 4), 12: (32, 1, 256, 4, 2), 13: (32, 1, 128, 4, 8),
+//     14: (32, 2, 128, 4, 4), 15: (32, 1, 128, 4, 1); up to M = kInt4ShuffledGemvMaxM.
 //   LaunchMatMulInt4ShuffledRef: one thread per output through Int4ShuffledCodeAt.
 // The op rewrites B by default only for layers of N * K >= kInt4ShuffleMinWeights (4096 x 8192 and
 // up) with N >= K (Int4ShuffleByDefault): on 4096 x 4096 the row-major small-M kernels stay faster
@@ -153,18 +155,14 @@ constexpr int64_t kInt4ShuffledGemvMaxM = 4;
 // Default: the GEMV's configuration 1 at M = 1 (H100, 4096 x 14336: 11.3 us = 90 % of the floor,
 // against 12.4 for the row-major GEMV), the mma kernel from M = 2 (14.7 against 16.8 for the GEMV).
 constexpr int64_t kInt4ShuffledGemvDefaultMaxM = 1;
-// Its default configuration: 1 (one n16 tile per CTA; N / 16 CTAs) with a cluster K split of 2 or 4
-// CTAs (configurations 5, 6) where N / 16 CTAs are fewer than kInt4ShuffledGemvFillCtas, as long
-// as every rank keeps >= 16 units of 64 k (K >= 1024 kS). Why: without a split, a narrow layer's
-// GEMV has too few CTAs to keep enough loads in flight: at M = 1 configuration 1 streams 4096 x
-// 14336 (896 CTAs) at 90 % of the floor, but 14336 x 4096 (256 CTAs) at 50 % and 8192 x 8192 (512)
-// at 70 % (bench/results/2026-11-24-h100-s11-shufsweep-bench-cuda.md).
-constexpr int64_t kInt4ShuffledGemvFillCtas = 768;
-constexpr int Int4ShuffledGemvDefaultConfig(int64_t n, int64_t k) {
-  return (n / 16 >= kInt4ShuffledGemvFillCtas || k < 2048) ? 1
-         : (n / 16 * 2 >= kInt4ShuffledGemvFillCtas || k < 4096) ? 5
-                                                                  : 6;
-}
+// Its default configuration: 3 (two n16 tiles per CTA, so X's k-tile serves two rows per thread)
+// from K = 8192, else 1. H100 at M = 1, configuration 3 against 1: 8192 x 8192 15.8 against 16.7 us
+// (74 / 70 % of the floor; MatMulNBits 16.1), 14336 x 4096 17.7 against 20.5 (not shuffled by
+// default); 4096 x 14336 15.9 against 11.3 (bench/results/2026-11-24-h100-s11-shufsweep-bench-cuda.md,
+// …-s9-shufvariants2-bench-cuda.md). A cluster K split (configurations 5-9) does not help: more,
+// shorter CTAs were slower or even on every layer (8192 x 8192: 18.8 with kS = 2 against 16.0;
+// 14336 x 4096: 16.6 at best against 18.2; …-s12-gemvsplit-bench-cuda.md).
+constexpr int Int4ShuffledGemvDefaultConfig(int64_t /*n*/, int64_t k) { return k >= 8192 ? 3 : 1; }
 constexpr int kInt4ShuffledGemvVariantBase = 10;
 // Variants kInt4ShuffledWideVariantBase + v: the wide shared-memory mma kernel
 // (matmul_int4_shuffled_wide_impl.cu; v = 0: automatic tile and K split, 1: 128-row CTAs). By

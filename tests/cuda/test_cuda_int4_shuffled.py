@@ -111,7 +111,9 @@ def test_int4_shuffled_wide_variants(rng, variant, dtype, symmetric, kn_bs):
     _check_int4(sess, rng, ms, k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
-@pytest.mark.parametrize("variant_m", [("8", 1), ("8", 17), ("8", 100), ("16", 1), ("16", 4), ("18", 3), ("23", 2)])
+@pytest.mark.parametrize(
+    "variant_m", [("8", 1), ("8", 17), ("8", 100), ("16", 1), ("16", 4), ("18", 3), ("23", 2)]
+)
 def test_int4_shuffled_cluster_split_deterministic(rng, variant_m):
     """Cluster K splits sum partial tiles in rank order: the same input gives bit-identical
     outputs run after run (the wide kernel, variant 8: kS = 8 on this shape; the GEMV's

@@ -132,13 +132,10 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 //     64 / 128 / 256: the CUDA-core GEMV for M <= kInt4ShuffledGemvDefaultMaxM (16-byte aligned X),
 //     else the mma.sync kernel (4-byte aligned X), else the reference. variant: -1 = default;
 //     0..7 the mma kernel's (NT, warps, U, cluster) configurations; 8, 9 the wide kernel (below);
-//     kInt4ShuffledGemvVariantBase + v the GEMV's (pieces per CTA tile, tiles, threads, k-tiles per
-//     unit, cluster K split) configuration v: 0: (4, 1, 128, 4, 1), 1: (8, 1, 128, 4, 1),
-//     2: (2, 1, 128, 4, 1), 3: (4, 2, 128, 4, 1), 4: (8, 2, 128, 4, 1), 5: (8, 1, 128, 4, 2),
-//     6: (8, 1, 128, 4, 4), 7: (4, 1, 128, 4, 2), 8: (4, 2, 128, 4, 2), 9: (8, 2, 128, 4, 2);
-//     32 pieces (a warp's lanes span 4 adjacent tiles: 512 contiguous bytes per load instruction):
-//     10: (32, 1, 128, 4, 2), 11: (32, 1, 128, 4, 4), 12: (32, 1, 256, 4, 2), 13: (32, 1, 128, 4, 8),
-//     14: (32, 2, 128, 4, 4), 15: (32, 1, 128, 4, 1); up to M = kInt4ShuffledGemvMaxM.
+//     kInt4ShuffledGemvVariantBase + v the
+//     GEMV's (pieces per CTA tile, tiles, threads, k-tiles per unit) configuration v: 0: (4, 1,
+//     128, 4), 1: (8, 1, 128, 4), 2: (2, 1, 128, 4), 3: (4, 2, 128, 4), 4: (8, 2, 128, 4), up to
+//     M = kInt4ShuffledGemvMaxM.
 //   LaunchMatMulInt4ShuffledRef: one thread per output through Int4ShuffledCodeAt.
 // The op rewrites B by default only for layers of N * K >= kInt4ShuffleMinWeights (4096 x 8192 and
 // up) with N >= K (Int4ShuffleByDefault): on 4096 x 4096 the row-major small-M kernels stay faster
@@ -159,10 +156,14 @@ constexpr int64_t kInt4ShuffledGemvDefaultMaxM = 1;
 // from K = 8192, else 1. H100 at M = 1, configuration 3 against 1: 8192 x 8192 15.8 against 16.7 us
 // (74 / 70 % of the floor; MatMulNBits 16.1), 14336 x 4096 17.7 against 20.5 (not shuffled by
 // default); 4096 x 14336 15.9 against 11.3 (bench/results/2026-11-24-h100-s11-shufsweep-bench-cuda.md,
-// …-s9-shufvariants2-bench-cuda.md). A cluster K split (configurations 5-9) does not help: more,
-// shorter CTAs were slower or even on every layer (8192 x 8192: 18.8 with kS = 2 against 16.0;
-// 14336 x 4096: 16.6 at best against 18.2; …-s12-gemvsplit-bench-cuda.md).
-constexpr int Int4ShuffledGemvDefaultConfig(int64_t /*n*/, int64_t k) { return k >= 8192 ? 3 : 1; }
+// …-s9-shufvariants2-bench-cuda.md). Tried in session 12 and removed again (code: git show 6fae89c),
+// both slower or even at M = 1-4 on every layer: a cluster K split of 2 / 4 CTAs (8192 x 8192: 18.8
+// with kS = 2 against 16.0; 14336 x 4096: 16.6 at best against 18.2;
+// …-s12-gemvsplit-bench-cuda.md), and warps whose lanes span 4 adjacent tiles so that every load
+// instruction reads 512 contiguous bytes, with K splits of 1-8 (best 16.9 / 16.9 us on those two;
+// …-s12-tile4-bench-cuda.md). So neither the CTA count nor the DRAM contiguity of a warp's loads
+// is what keeps the shuffled GEMV below the row-major one on narrow, long-K layers.
+constexpr int Int4ShuffledGemvDefaultConfig(int64_t k) { return k >= 8192 ? 3 : 1; }
 constexpr int kInt4ShuffledGemvVariantBase = 10;
 // Variants kInt4ShuffledWideVariantBase + v: the wide shared-memory mma kernel
 // (matmul_int4_shuffled_wide_impl.cu; v = 0: automatic tile and K split, 1: 128-row CTAs). By

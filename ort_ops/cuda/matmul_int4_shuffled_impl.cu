@@ -308,35 +308,22 @@ __device__ __forceinline__ void DecodeShufPiece(const uint4& q, const ShufRows<T
   }
 }
 
-template <typename T, int kM, int kP, int kTiles, int kThreads, int kU, int kS>
+template <typename T, int kM, int kP, int kTiles, int kThreads, int kU>
 __global__ void __launch_bounds__(kThreads)
     int4_shuffled_gemv_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
                               const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
                               bool weights_early) {
   using T2 = ShufT2<T>;
-  static_assert(kP == 2 || kP == 4 || kP == 8 || kP == 32, "pieces per CTA tile");
+  static_assert(kP == 2 || kP == 4 || kP == 8, "pieces per CTA tile");
   static_assert(kU == 2 || kU == 4, "a unit of kU k-tiles must lie in one block (block_size >= 64)");
-  static_assert(kS == 1 || kS == 2 || kS == 4 || kS == 8, "K split (cluster size)");
-  // kP = 32: a warp's lanes take all 8 pieces of 4 adjacent n16 tiles (lane = 8 * tile + piece),
-  // so each 16-byte load instruction reads 512 contiguous bytes; else kP pieces of one tile.
-  constexpr int kLaneTiles = kP == 32 ? 4 : 1;
-  constexpr int kPieceSets = kP == 32 ? 1 : 8 / kP;  // CTAs sharing one tile's pieces
-  constexpr int kGroups = kThreads / kP;             // thread groups along K in one CTA
-  constexpr int kWorkers = kGroups * kS;             // ... in the cluster
-  const int rank = kS > 1 ? static_cast<int>(blockIdx.x % kS) : 0;  // cluster rank
-  const int cta = blockIdx.x / kS;                                    // the cluster's output tile
-  const int p_off = kP == 32 ? 0 : (cta % kPieceSets) * kP;
-  const int slot = threadIdx.x % kP;
-  const int p = kP == 32 ? slot % 8 : p_off + slot;  // the thread's piece (rows p, p + 8 of a tile)
-  const int lane_tile = kP == 32 ? slot / 8 : 0;
+  constexpr int kGroups = kThreads / kP;  // thread groups along K
+  const int p_off = (blockIdx.x % (8 / kP)) * kP;
+  const int p = p_off + threadIdx.x % kP;
   const int grp = threadIdx.x / kP;
-  const int worker = rank * kGroups + grp;  // K units worker, worker + kWorkers, ...
-  const int nt0 = (cta / kPieceSets) * kTiles * kLaneTiles;
-  // The n16 tile of the thread's j-th rows.
-  auto tile_of = [&](int j) { return nt0 + j * kLaneTiles + lane_tile; };
+  const int nt0 = (blockIdx.x / (8 / kP)) * kTiles;
   const int ntt = g.n >> 4;
   const int units = (g.k >> 4) / kU;  // K % 64 == 0
-  const int my_units = worker < units ? (units - worker + kWorkers - 1) / kWorkers : 0;
+  const int my_units = grp < units ? (units - grp + kGroups - 1) / kGroups : 0;
 
   float acc[kM][kTiles][2];
 #pragma unroll
@@ -346,9 +333,9 @@ __global__ void __launch_bounds__(kThreads)
 
   // Unit i of this thread (clamped to its last: unconditional loads stay hoisted; extra units are
   // never used); its k-tiles are unit * kU .. + kU - 1.
-  auto unit_of = [&](int i) { return worker + kWorkers * min(i, max(my_units - 1, 0)); };
+  auto unit_of = [&](int i) { return grp + kGroups * min(i, max(my_units - 1, 0)); };
   auto piece_ptr = [&](int j, int kt) {
-    return b + (int64_t(tile_of(j)) + int64_t(ntt) * kt) * kInt4ShuffleTileBytes + kInt4ShufflePieceBytes * p;
+    return b + (int64_t(nt0 + j) + int64_t(ntt) * kt) * kInt4ShuffleTileBytes + kInt4ShufflePieceBytes * p;
   };
   PdlAllowDependents();
   if (!weights_early) PdlWaitPrimary();
@@ -378,8 +365,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
       int z[2];
-      RowBlock(scales, zp, g, 16 * tile_of(j) + p, blk, &s[j][0], &z[0]);
-      RowBlock(scales, zp, g, 16 * tile_of(j) + p + 8, blk, &s[j][1], &z[1]);
+      RowBlock(scales, zp, g, 16 * (nt0 + j) + p, blk, &s[j][0], &z[0]);
+      RowBlock(scales, zp, g, 16 * (nt0 + j) + p + 8, blk, &s[j][1], &z[1]);
       rows[j] = MakeShufRows<T>(s[j][0], z[0], s[j][1], z[1]);
     }
     float part[kM][kTiles][2];
@@ -430,8 +417,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int j = 0; j < kTiles; ++j) {
         float s[2];
         int z[2];
-        RowBlock(scales, zp, g, 16 * tile_of(j) + p, blk, &s[0], &z[0]);
-        RowBlock(scales, zp, g, 16 * tile_of(j) + p + 8, blk, &s[1], &z[1]);
+        RowBlock(scales, zp, g, 16 * (nt0 + j) + p, blk, &s[0], &z[0]);
+        RowBlock(scales, zp, g, 16 * (nt0 + j) + p + 8, blk, &s[1], &z[1]);
         const ShufRows<T> rows = MakeShufRows<T>(s[0], z[0], s[1], z[1]);
         for (int u = 0; u < kU; ++u) {
           const int kt = unit * kU + u;
@@ -463,42 +450,14 @@ __global__ void __launch_bounds__(kThreads)
     if (lane < kP) red[warp][lane][i] = v;
   }
   __syncthreads();
-  // kS > 1: each rank's CTA sums go to `part`, and rank 0 adds the cluster's in rank order
-  // (distributed shared memory; deterministic).
-  __shared__ float part[kS > 1 ? kP * kV : 1];
-  auto store = [&](int e, float v) {
-    const int pp = e / kV, i = e % kV;  // pp: the slot of the threads that held it
-    const int m = i / (kTiles * 2), j = (i / 2) % kTiles, r = i & 1;
-    const int tile = nt0 + j * kLaneTiles + (kP == 32 ? pp / 8 : 0);
-    const int n = 16 * tile + (kP == 32 ? pp % 8 : p_off + pp) + 8 * r;
-    y[int64_t(m) * g.n + n] = StoreT<T>(bias ? v + LoadF(bias, n) : v);
-  };
   for (int e = threadIdx.x; e < kP * kV; e += kThreads) {
     const int pp = e / kV, i = e % kV;
     float v = 0.0f;
 #pragma unroll
     for (int w = 0; w < kThreads / 32; ++w) v += red[w][pp][i];
-    if constexpr (kS > 1) {
-      part[e] = v;
-    } else {
-      store(e, v);
-    }
-  }
-  if constexpr (kS > 1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync();  // every rank's sums are written
-    if (rank == 0) {
-      for (int e = threadIdx.x; e < kP * kV; e += kThreads) {
-        float v = part[e];
-#pragma unroll
-        for (int q = 1; q < kS; ++q) v += cluster.map_shared_rank(&part[0], q)[e];
-        store(e, v);
-      }
-    }
-    cluster.sync();  // rank 0 is done reading the others' shared memory before they exit
-#endif
+    const int m = i / (kTiles * 2), j = (i / 2) % kTiles, r = i & 1;
+    const int n = 16 * (nt0 + j) + p_off + pp + 8 * r;
+    y[int64_t(m) * g.n + n] = StoreT<T>(bias ? v + LoadF(bias, n) : v);
   }
 }
 
@@ -520,18 +479,15 @@ void LaunchShufMma(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, 
                              kS, stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
 }
 
-// kS > 1: clusters of kS CTAs split K (sm_90: the only GPUs where B is shuffled).
-template <typename T, int kP, int kTiles, int kThreads, int kU, int kS = 1>
+template <typename T, int kP, int kTiles, int kThreads, int kU>
 void LaunchShufGemv(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
                     const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
-  // kP = 32: 4 n16 tiles per CTA (kTiles of them per thread); N % 128 == 0 covers it.
-  const dim3 grid(static_cast<unsigned>(kP == 32 ? g.n / (64 * kTiles) * kS : g.n / (16 * kTiles) * (8 / kP) * kS));
-  auto kernel = int4_shuffled_gemv_kernel<T, 1, kP, kTiles, kThreads, kU, kS>;
-  if (g.m == 2) kernel = int4_shuffled_gemv_kernel<T, 2, kP, kTiles, kThreads, kU, kS>;
-  if (g.m == 3) kernel = int4_shuffled_gemv_kernel<T, 3, kP, kTiles, kThreads, kU, kS>;
-  if (g.m == 4) kernel = int4_shuffled_gemv_kernel<T, 4, kP, kTiles, kThreads, kU, kS>;
-  (void)LaunchWithPdlCluster(kernel, grid, dim3(kThreads), 0, kS, stream, pdl.launch, x, b, s, zp, bias, y, g,
-                             pdl.weights_early);
+  const dim3 grid(static_cast<unsigned>(g.n / (16 * kTiles) * (8 / kP)));
+  auto kernel = int4_shuffled_gemv_kernel<T, 1, kP, kTiles, kThreads, kU>;
+  if (g.m == 2) kernel = int4_shuffled_gemv_kernel<T, 2, kP, kTiles, kThreads, kU>;
+  if (g.m == 3) kernel = int4_shuffled_gemv_kernel<T, 3, kP, kTiles, kThreads, kU>;
+  if (g.m == 4) kernel = int4_shuffled_gemv_kernel<T, 4, kP, kTiles, kThreads, kU>;
+  (void)LaunchWithPdl(kernel, grid, dim3(kThreads), stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
 }
 
 // The mma kernel's configuration: MT8 by M (1, 2, 4, then 8 with grid.y covering the rest) and
@@ -650,7 +606,7 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
     if (AlignedTo(x, 16) && p.m <= kInt4ShuffledGemvMaxM && (variant < 0 || variant_is_gemv) &&
         (variant_is_gemv || p.m <= kInt4ShuffledGemvDefaultMaxM)) {
       // (kP, kTiles, threads, kU) per variant: the comment above kInt4ShuffledGemvVariantBase.
-      switch (variant < 0 ? Int4ShuffledGemvDefaultConfig(g.n, g.k) : variant - kInt4ShuffledGemvVariantBase) {
+      switch (variant < 0 ? Int4ShuffledGemvDefaultConfig(g.k) : variant - kInt4ShuffledGemvVariantBase) {
         case 1:
           LaunchShufGemv<T, 8, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
           break;
@@ -662,39 +618,6 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
           break;
         case 4:
           LaunchShufGemv<T, 8, 2, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
-          break;
-        case 5:
-          LaunchShufGemv<T, 8, 1, 128, 4, 2>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
-          break;
-        case 6:
-          LaunchShufGemv<T, 8, 1, 128, 4, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
-          break;
-        case 7:
-          LaunchShufGemv<T, 4, 1, 128, 4, 2>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
-          break;
-        case 8:
-          LaunchShufGemv<T, 4, 2, 128, 4, 2>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
-          break;
-        case 9:
-          LaunchShufGemv<T, 8, 2, 128, 4, 2>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
-          break;
-        case 10:
-          LaunchShufGemv<T, 32, 1, 128, 4, 2>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
-          break;
-        case 11:
-          LaunchShufGemv<T, 32, 1, 128, 4, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
-          break;
-        case 12:
-          LaunchShufGemv<T, 32, 1, 256, 4, 2>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
-          break;
-        case 13:
-          LaunchShufGemv<T, 32, 1, 128, 4, 8>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
-          break;
-        case 14:
-          LaunchShufGemv<T, 32, 2, 128, 4, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
-          break;
-        case 15:
-          LaunchShufGemv<T, 32, 1, 128, 4, 1>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
           break;
         default:
           LaunchShufGemv<T, 4, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);

@@ -111,30 +111,25 @@ def test_int4_shuffled_wide_variants(rng, variant, dtype, symmetric, kn_bs):
     _check_int4(sess, rng, ms, k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
-@pytest.mark.parametrize(
-    "variant_m", [("8", 1), ("8", 17), ("8", 100), ("16", 1), ("16", 4), ("18", 3), ("23", 2)]
-)
-def test_int4_shuffled_cluster_split_deterministic(rng, variant_m):
-    """Cluster K splits sum partial tiles in rank order: the same input gives bit-identical
-    outputs run after run (the wide kernel, variant 8: kS = 8 on this shape; the GEMV's
-    configurations 6 and 8: kS = 4 and 2)."""
-    variant, m = variant_m
+@pytest.mark.parametrize("m", [1, 17, 100])
+def test_int4_shuffled_wide_deterministic(rng, m):
+    """The cluster split sums partial tiles in rank order: the same input gives bit-identical
+    outputs run after run (kS = 8 on this shape)."""
     k, n, bs, dtype = 2048, 768, 128, "float16"
     model, *_ = _int4_case(rng, k, n, bs, dtype, False, True)
-    sess = _shuffled_session(model, PYQUANT_INT4_SHUF_VARIANT=variant, PYQUANT_INT4_SM90_MIN_M=str(1 << 40))
+    sess = _shuffled_session(model, PYQUANT_INT4_SHUF_VARIANT="8", PYQUANT_INT4_SM90_MIN_M=str(1 << 40))
     x = _as_t(rng.standard_normal((m, k)), dtype)
     first = run_cuda(sess, x, n, dtype)
     for _ in range(5):
         assert np.array_equal(run_cuda(sess, x, n, dtype), first)
 
 
-@pytest.mark.parametrize("variant", range(10, 26))
+@pytest.mark.parametrize("variant", [10, 11, 12, 13, 14])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_int4_shuffled_gemv_variants(rng, variant, dtype, symmetric):
-    """Each CUDA-core GEMV configuration at M = 1..4 (M = 5 goes to the mma kernel), those with a
-    cluster K split (15..23: 2, 4 or 8 CTAs) and the 4-tile warps (20..25) included; K = 4160 =
-    65 units of 64 leaves the threads and the cluster ranks uneven unit counts."""
+    """Each CUDA-core GEMV configuration at M = 1..4 (M = 5 goes to the mma kernel); K = 4160
+    leaves the threads uneven piece counts."""
     k, n, bs = 4160, 384, 64
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
     sess = _shuffled_session(model, PYQUANT_INT4_SHUF_VARIANT=str(variant))

@@ -53,11 +53,14 @@ struct StreamPlan {
   int stage_bytes;  // R * row_bytes
   int group_threads;
   int groups;
+  int per_thread_copies;  // 1: cp.async.cg 16-byte copies by every thread; 0: bulk copies
   int off_scales, off_zp, off_red, off_bar;
   int smem_bytes;
 };
 
 constexpr int kStageTargetBytes = 16 * 1024;
+// Weight ring per CTA: with the scales and partial sums, two CTAs (two layers) fit on one SM.
+constexpr int kRingBytes = 64 * 1024;
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
@@ -66,14 +69,32 @@ __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
 __device__ __forceinline__ void MbarInit(uint64_t* bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(SmemAddr(bar)), "r"(count) : "memory");
 }
-// Thread 0 of the CTA: arm `bar` for `bytes` and copy them global -> shared (one bulk copy; src,
-// dst 16-byte aligned, bytes a multiple of 16). Weights are read once: L2 evict-first.
-__device__ __forceinline__ void BulkLoad(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(SmemAddr(bar)), "r"(bytes) : "memory");
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(SmemAddr(dst)),
-      "l"(src), "r"(bytes), "r"(SmemAddr(bar))
-      : "memory");
+// A stage as bulk copies of at most kBulkChunkBytes each, issued by the lanes of warp 0 (several
+// TMA operations in flight per stage rather than one long one); lane 0 arms the barrier first.
+constexpr int kBulkChunkBytes = 2048;
+__device__ __forceinline__ void BulkLoadChunked(uint8_t* dst, const uint8_t* src, int bytes, uint64_t* bar, int lane) {
+  if (lane == 0) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(SmemAddr(bar)), "r"(bytes)
+                 : "memory");
+  }
+  __syncwarp();
+  for (int off = lane * kBulkChunkBytes; off < bytes; off += 32 * kBulkChunkBytes) {
+    const int n = min(kBulkChunkBytes, bytes - off);
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+            SmemAddr(dst + off)),
+        "l"(src + off), "r"(n), "r"(SmemAddr(bar))
+        : "memory");
+  }
+}
+// A stage as 16-byte cp.async.cg copies spread over the CTA's threads (L2 -> shared, no L1); each
+// thread then arrives on the barrier when its copies have landed (barrier count = threads).
+template <int kThreads>
+__device__ __forceinline__ void CpAsyncLoad(uint8_t* dst, const uint8_t* src, int bytes, uint64_t* bar) {
+  for (int off = threadIdx.x * 16; off < bytes; off += kThreads * 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(SmemAddr(dst + off)), "l"(src + off) : "memory");
+  }
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(SmemAddr(bar)) : "memory");
 }
 __device__ __forceinline__ void MbarWait(uint64_t* bar, uint32_t parity) {
   uint32_t done = 0;
@@ -86,6 +107,57 @@ __device__ __forceinline__ void MbarWait(uint64_t* bar, uint32_t parity) {
   } while (!done);
 }
 #endif
+
+// This thread's share of one row: acc[m] = sum over its pieces p = li + u gs of the piece's dot
+// product with token m's activations (xp), scaled by the piece's block scale. w_row: the row's
+// bytes in shared memory; rr: the row within the CTA's share (its scales / zero points in smem).
+template <typename T, int kM, int kU>
+__device__ __forceinline__ void RowDot(float (&acc)[kM], const uint8_t* w_row, int rr, int li, int gs, int pieces,
+                                       const Int4Geom& g, const T* s_scales, const uint8_t* s_zp,
+                                       const typename GemvMath<T>::T2 (&xp)[kM][kU][4][4]) {
+  using Math = GemvMath<T>;
+  using T2 = typename Math::T2;
+#pragma unroll
+  for (int m = 0; m < kM; ++m) acc[m] = 0.0f;
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int p = li + u * gs;
+    if (p >= pieces) continue;
+    GemvPiece pc;
+    const int blk = (p * 32) >> g.bs_log2;
+    pc.q = *reinterpret_cast<const uint4*>(w_row + p * 16);
+    const T s = s_scales[rr * g.nb + blk];
+    pc.s2 = Pack2<T>(s, s);
+    pc.zp = s_zp ? Int4ZeroPointAt(s_zp + rr * g.zp_row_bytes, blk) : kInt4SymmetricZeroPoint;
+    const typename Math::Decoder dec(pc);
+    float part[kM];
+#pragma unroll
+    for (int m = 0; m < kM; ++m) part[m] = 0.0f;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      T2 wv[4];
+      dec.template Word<false>(Word(pc.q, w), wv);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) part[m] += ChainSum(wv, xp[m][u][w]);
+    }
+    const float sf = Float2Of(*reinterpret_cast<const T2*>(&pc.s2)).x;
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      if (isfinite(part[m]) && isfinite(sf)) {
+        acc[m] = fmaf(part[m], sf, acc[m]);
+      } else {  // rare: scaled weights, two-product chains (the note above GemvMath)
+        float slow = 0.0f;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          T2 wv[4];
+          dec.template Word<true>(Word(pc.q, w), wv);
+          slow += ShortChainSum(wv, xp[m][u][w]);
+        }
+        acc[m] += slow;
+      }
+    }
+  }
+}
 
 //   x [M, K] T (M = kM), b [N, row_bytes] codes (row-major), scales [N, nb] T, zp [N, zp_row_bytes]
 //   or nullptr, bias [N] T or nullptr, y [M, N] T; grid = min(#SMs, N), block = kThreads, dynamic
@@ -111,20 +183,27 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int n_stages = (nr + R - 1) / R;
   const int tid = threadIdx.x;
   const uint8_t* b_cta = b + int64_t(r0) * g.row_bytes;
-  auto issue = [&](int j) {  // thread 0: stage j (rows j R ..) into slot j % S
-    const int rows = min(R, nr - j * R);
-    BulkLoad(smem + (j % S) * plan.stage_bytes, b_cta + int64_t(j) * plan.stage_bytes,
-             static_cast<uint32_t>(rows * g.row_bytes), &bar[j % S]);
+  // Stage j (rows j R ..) into slot j % S: warp 0 (bulk copies) or every thread (cp.async).
+  auto issue = [&](int j) {
+    const int bytes = min(R, nr - j * R) * g.row_bytes;
+    uint8_t* dst = smem + (j % S) * plan.stage_bytes;
+    const uint8_t* src = b_cta + int64_t(j) * plan.stage_bytes;
+    if (plan.per_thread_copies) {
+      CpAsyncLoad<kThreads>(dst, src, bytes, &bar[j % S]);
+    } else if (tid < 32) {
+      BulkLoadChunked(dst, src, bytes, &bar[j % S], tid);
+    }
   };
 
   // The next layer's CTAs may start now: they fit beside this one and stream their own weights.
   PdlAllowDependents();
   if (!weights_early) PdlWaitPrimary();
   if (tid == 0) {
-    for (int s = 0; s < S; ++s) MbarInit(&bar[s], 1);
+    for (int s = 0; s < S; ++s) MbarInit(&bar[s], plan.per_thread_copies ? kThreads : 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    for (int j = 0; j < min(S, n_stages); ++j) issue(j);
   }
+  __syncthreads();  // the barriers exist before any copy arrives on them
+  for (int j = 0; j < min(S, n_stages); ++j) issue(j);
   {
     const T* sc = scales + int64_t(r0) * g.nb;
     const int ns = nr * g.nb;
@@ -163,61 +242,30 @@ __global__ void __launch_bounds__(kThreads, 2)
     const uint8_t* stage = smem + slot * plan.stage_bytes;
     const int rows = min(R, nr - j * R);
     if (active) {
-      for (int rl = gi; rl < rows; rl += plan.groups) {
-        const int rr = j * R + rl;  // row within the CTA's share
-        float acc[kM];
+      // Two rows per iteration (independent chains: their loads, FMAs and shuffles interleave).
+      for (int rl = gi; rl < rows; rl += 2 * plan.groups) {
+        const int rl2 = rl + plan.groups;
+        float acc[2][kM];
+        RowDot<T, kM, kU>(acc[0], stage + rl * g.row_bytes, j * R + rl, li, gs, pieces, g, s_scales, zp ? s_zp : nullptr,
+                          xp);
+        if (rl2 < rows) {
+          RowDot<T, kM, kU>(acc[1], stage + rl2 * g.row_bytes, j * R + rl2, li, gs, pieces, g, s_scales,
+                            zp ? s_zp : nullptr, xp);
+        }
 #pragma unroll
-        for (int m = 0; m < kM; ++m) acc[m] = 0.0f;
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int u = 0; u < kU; ++u) {
-          const int p = li + u * gs;
-          if (p < pieces) {
-            GemvPiece pc;
-            const int blk = (p * 32) >> g.bs_log2;
-            pc.q = *reinterpret_cast<const uint4*>(stage + rl * g.row_bytes + p * 16);
-            const T s = s_scales[rr * g.nb + blk];
-            pc.s2 = Pack2<T>(s, s);
-            pc.zp = zp ? Int4ZeroPointAt(s_zp + rr * g.zp_row_bytes, blk) : kInt4SymmetricZeroPoint;
-            const typename Math::Decoder dec(pc);
-            float part[kM];
+          for (int m = 0; m < kM; ++m) {
+            float v = acc[h][m];
 #pragma unroll
-            for (int m = 0; m < kM; ++m) part[m] = 0.0f;
-#pragma unroll
-            for (int w = 0; w < 4; ++w) {
-              T2 wv[4];
-              dec.template Word<false>(Word(pc.q, w), wv);
-#pragma unroll
-              for (int m = 0; m < kM; ++m) part[m] += ChainSum(wv, xp[m][u][w]);
-            }
-            const float sf = Float2Of(*reinterpret_cast<const T2*>(&pc.s2)).x;
-#pragma unroll
-            for (int m = 0; m < kM; ++m) {
-              if (isfinite(part[m]) && isfinite(sf)) {
-                acc[m] = fmaf(part[m], sf, acc[m]);
-              } else {  // rare: scaled weights, two-product chains (the note above GemvMath)
-                float slow = 0.0f;
-#pragma unroll
-                for (int w = 0; w < 4; ++w) {
-                  T2 wv[4];
-                  dec.template Word<true>(Word(pc.q, w), wv);
-                  slow += ShortChainSum(wv, xp[m][u][w]);
-                }
-                acc[m] += slow;
-              }
-            }
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            const int rr = j * R + (h == 0 ? rl : rl2);
+            if (lane == 0 && (h == 0 || rl2 < rows)) red[(m * plan.rows_max + rr) * warps_per_group + wg] = v;
           }
-        }
-#pragma unroll
-        for (int m = 0; m < kM; ++m) {
-          float v = acc[m];
-#pragma unroll
-          for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-          if (lane == 0) red[(m * plan.rows_max + rr) * warps_per_group + wg] = v;
-        }
       }
     }
     __syncthreads();  // every thread is done with slot j % S
-    if (tid == 0 && j + S < n_stages) {
+    if (j + S < n_stages) {
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our reads before the async refill
       issue(j + S);
     }
@@ -289,7 +337,7 @@ cudaError_t LaunchStream(const T* x, const uint8_t* b, const T* s, const uint8_t
 }
 
 template <typename T, int kThreads, int kMaxU>
-bool TryLaunch(int ring_bytes, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
+bool TryLaunch(bool per_thread_copies, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
                const Int4Geom& g, PdlMode pdl, cudaStream_t stream, cudaError_t* err) {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return false;
@@ -300,10 +348,11 @@ bool TryLaunch(int ring_bytes, const T* x, const uint8_t* b, const T* s, const u
   while (u < kMaxU && (pieces + u - 1) / u > kThreads) u *= 2;
   if (g.m == 2 && u > 1) return false;  // kM * kU <= 2 x 1 or 1 x kMaxU: the register budget
   StreamPlan plan;
-  if (!MakeStreamPlan(g, grid, kThreads, u, ring_bytes, static_cast<int>(sizeof(T)), zp != nullptr, &plan) ||
+  if (!MakeStreamPlan(g, grid, kThreads, u, kRingBytes, static_cast<int>(sizeof(T)), zp != nullptr, &plan) ||
       plan.smem_bytes > kStreamSmemCap) {
     return false;
   }
+  plan.per_thread_copies = per_thread_copies ? 1 : 0;
   if (g.m == 2) {
     *err = LaunchStream<T, 2, 1, kThreads>(x, b, s, zp, bias, y, g, grid, plan, pdl, stream);
   } else if (u == 1) {
@@ -326,9 +375,9 @@ bool LaunchInt4GemvStream(int config, const T* x, const uint8_t* b, const T* s, 
   *err = cudaSuccess;
   if (CurrentDeviceComputeCapability() < 90 || g.m < 1 || g.m > 2 || g.k % 32 != 0 || g.bs_log2 < 5) return false;
   if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(b)) & 15) return false;
-  const int ring_bytes = (config & 2) ? 96 * 1024 : 64 * 1024;
-  if (config & 1) return TryLaunch<T, 512, 1>(ring_bytes, x, b, s, zp, bias, y, g, pdl, stream, err);
-  return TryLaunch<T, 256, 4>(ring_bytes, x, b, s, zp, bias, y, g, pdl, stream, err);
+  const bool per_thread_copies = (config & 2) != 0;
+  if (config & 1) return TryLaunch<T, 512, 1>(per_thread_copies, x, b, s, zp, bias, y, g, pdl, stream, err);
+  return TryLaunch<T, 256, 4>(per_thread_copies, x, b, s, zp, bias, y, g, pdl, stream, err);
 }
 
 template bool LaunchInt4GemvStream<__half>(int, const __half*, const uint8_t*, const __half*, const uint8_t*,

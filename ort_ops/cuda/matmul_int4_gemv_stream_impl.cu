@@ -15,7 +15,7 @@
 //
 // Decomposition: grid = min(#SMs, N) CTAs; CTA c owns the B rows r0 = c N / grid .. r1 - 1, whose
 // bytes are contiguous (row-major B: [N, row_bytes]). They stream in stages of R whole rows
-// (R * row_bytes <= 16 KB) through a ring of S slots, each slot with its own mbarrier (one
+// (R * row_bytes <= 32 KB) through a ring of S slots, each slot with its own mbarrier (one
 // arrival: thread 0's expect_tx; the bulk copy completes the bytes). The CTA's scales and zero
 // points are copied to shared memory once, also before the wait.
 //   Threads form `groups` groups of Gs threads (Gs a multiple of 32). Lane li of a group owns the
@@ -28,7 +28,7 @@
 //
 // Requirements (LaunchInt4GemvStream returns false otherwise; the caller then runs the register
 // GEMV): compute capability >= 9.0, T = __half / __nv_bfloat16, M <= 2, block_size >= 32,
-// K % 32 == 0, X and B 16-byte aligned, row_bytes <= 16 KB (K <= 32768), the smem plan fits.
+// K % 32 == 0, X and B 16-byte aligned, row_bytes <= 32 KB (K <= 65536), the smem plan fits.
 #include <algorithm>
 #include <atomic>
 
@@ -58,7 +58,8 @@ struct StreamPlan {
   int smem_bytes;
 };
 
-constexpr int kStageTargetBytes = 16 * 1024;
+constexpr int kStageTargetBytes = 32 * 1024;
+constexpr int kRowsPerIter = 4;
 // Weight ring per CTA: with the scales and partial sums, two CTAs (two layers) fit on one SM.
 constexpr int kRingBytes = 64 * 1024;
 
@@ -242,26 +243,29 @@ __global__ void __launch_bounds__(kThreads, 2)
     const uint8_t* stage = smem + slot * plan.stage_bytes;
     const int rows = min(R, nr - j * R);
     if (active) {
-      // Two rows per iteration (independent chains: their loads, FMAs and shuffles interleave).
-      for (int rl = gi; rl < rows; rl += 2 * plan.groups) {
-        const int rl2 = rl + plan.groups;
-        float acc[2][kM];
-        RowDot<T, kM, kU>(acc[0], stage + rl * g.row_bytes, j * R + rl, li, gs, pieces, g, s_scales, zp ? s_zp : nullptr,
-                          xp);
-        if (rl2 < rows) {
-          RowDot<T, kM, kU>(acc[1], stage + rl2 * g.row_bytes, j * R + rl2, li, gs, pieces, g, s_scales,
-                            zp ? s_zp : nullptr, xp);
+      // kRowsPerIter rows per iteration: independent chains whose loads, FMAs and shuffles
+      // interleave (the kernel is latency-bound on 8-16 warps per SM otherwise).
+      for (int rl0 = gi; rl0 < rows; rl0 += kRowsPerIter * plan.groups) {
+        float acc[kRowsPerIter][kM];
+#pragma unroll
+        for (int h = 0; h < kRowsPerIter; ++h) {
+          const int rl = rl0 + h * plan.groups;
+          if (rl < rows) {
+            RowDot<T, kM, kU>(acc[h], stage + rl * g.row_bytes, j * R + rl, li, gs, pieces, g, s_scales,
+                              zp ? s_zp : nullptr, xp);
+          }
         }
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+        for (int h = 0; h < kRowsPerIter; ++h) {
+          const int rl = rl0 + h * plan.groups;
 #pragma unroll
           for (int m = 0; m < kM; ++m) {
             float v = acc[h][m];
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            const int rr = j * R + (h == 0 ? rl : rl2);
-            if (lane == 0 && (h == 0 || rl2 < rows)) red[(m * plan.rows_max + rr) * warps_per_group + wg] = v;
+            if (lane == 0 && rl < rows) red[(m * plan.rows_max + j * R + rl) * warps_per_group + wg] = v;
           }
+        }
       }
     }
     __syncthreads();  // every thread is done with slot j % S

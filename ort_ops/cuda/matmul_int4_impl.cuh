@@ -414,7 +414,7 @@ void LaunchInt4GemvCc(int variant, const T* x, const uint8_t* b, const T* s, con
 // ring by bulk copies, one CTA per SM, small enough that the next layer's CTA runs beside it and
 // loads its weights before griddepcontrol.wait. config bit 0: 512 threads (else 256); bit 1: a
 // 96 KB ring (else 64 KB). Returns false, launching nothing, where it does not apply (compute
-// capability < 9.0, M > 2, K % 32 != 0, block_size < 32, unaligned X / B, K > 32768, the plan does
+// capability < 9.0, M > 2, K % 32 != 0, block_size < 32, unaligned X / B, K > 65536, the plan does
 // not fit); else true, with the launch status in *err.
 template <typename T>
 bool LaunchInt4GemvStream(int config, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias,

@@ -515,7 +515,12 @@ void LaunchQuantize(const LinearFp8Problem& p, uint8_t* xq, float* s_x, bool pdl
   const bool vec_ok = (p.k * int64_t(sizeof(T))) % 16 == 0 && (reinterpret_cast<uintptr_t>(p.x) & 15) == 0 &&
                       p.m * p.k < (int64_t{1} << 31);
   const T* x = static_cast<const T*>(p.x);
-  if (vec_ok && p.m <= 16) {
+  // Rows longer than a warp holds in registers (K > 4096 for fp16) also take a CTA per row: the
+  // warp-per-row kernel reads them twice, and at M = 2048, K = 14336 the second pass missed L2
+  // (H100, Nsight Compute: 117 MB read for 59 MB of X, 48.6 us = 20 % of the layer;
+  // bench/results/2026-11-24-h100-s13-ncu-fp8-m2048-14336x4096.txt).
+  const int64_t vecs = p.k * int64_t(sizeof(T)) / 16;
+  if (vec_ok && (p.m <= 16 || vecs > 32 * 16)) {
     // One 512-thread CTA per row, up to 4 vectors per thread in registers (K <= 16384 for fp16).
     (void)LaunchWithPdl(quantize_rows_vec_kernel<T, 512, 4>, dim3(static_cast<unsigned>(p.m)), dim3(512), stream, pdl,
                         x, xq, s_x, static_cast<int>(p.m), static_cast<int>(p.k), st, p.x_scale);

@@ -141,13 +141,15 @@ def test_fp8_sm90_deterministic_and_matches_portable(rng, dtype):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("m", [3, 40])
-def test_fp8_quantizer_specials(rng, dtype, m):
+@pytest.mark.parametrize("k", [512, 8200])
+def test_fp8_quantizer_specials(rng, dtype, m, k):
     """NaN row, all-zero row, an infinite element (row -> NaN), saturation under a static scale,
-    through both vectorized quantizers (M <= 16 and M > 16) and the GEMV / GEMM behind them."""
+    through both vectorized quantizers (a CTA per row for M <= 16 or rows over 4096 fp16 / bf16
+    elements, else a warp per row) and the GEMV / GEMM behind them."""
     from pyquant.ops_spec import FP8_OP
     from pyquant.reference import assert_within_limit, linear_fp8_ref
 
-    k, n = 512, 64
+    n = 64
     for x_scale in (None, 0.001):
         model, w8, ws, bias_t = _fp8_case(rng, k, n, 0, dtype, x_scale, True)
         sess = _fp8_session(model)

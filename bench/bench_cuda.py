@@ -195,7 +195,7 @@ METHOD_ENV = {
     },
     "pyquant_fp8_nondet": {"PYQUANT_FP8_SM90_REDUCE": "nondet"},
     **{f"pyquant_fp8_sm90min{m}": {"PYQUANT_FP8_SM90_MIN_M": str(m)} for m in (17, 33, 49, 65, 129)},
-    **{f"pyquant_int4_v{i}": {"PYQUANT_INT4_GEMV_VARIANT": str(i), **_PLAIN} for i in range(16)},
+    **{f"pyquant_int4_v{i}": {"PYQUANT_INT4_GEMV_VARIANT": str(i), **_PLAIN} for i in range(12)},
     # the 9 <= M <= 64 mma.sync kernel variants (matmul_int4_impl.cu, PYQUANT_INT4_MID_VARIANT)
     # with the Hopper GEMM from M = 65 only, so that they serve the whole range
     **{

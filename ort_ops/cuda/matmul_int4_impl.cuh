@@ -395,30 +395,27 @@ __device__ __forceinline__ void StorePair(T* __restrict__ y, const T* __restrict
 // The CUDA-core decode GEMV of matmul_int4_gemv_impl.cu (M <= 4, K % 32 == 0, block_size >= 32,
 // T = __half / __nv_bfloat16, 16-byte aligned X and B); variant = (rows per CTA, threads):
 // 0: (4, 128), 1: (2, 128), 2: (8, 128), 3: (4, 256); next-piece loads only where there is one
-// (no clamped re-read at the end): 4: (4, 128), 5: (8, 128); 6..9: the stream GEMV
-// (LaunchInt4GemvStream below) configuration variant - 6, falling back to the default choice where
-// it does not apply.
-constexpr int kInt4GemvCcVariants = 10;
-constexpr int kInt4GemvStreamVariantBase = 6;
+// (no clamped re-read at the end): 4: (4, 128), 5: (8, 128).
+constexpr int kInt4GemvCcVariants = 6;
 constexpr int kInt4GemvCcMaxM = 4;
 // Default up to M = 4 (GemvVariantFor, matmul_int4_impl.cu: variant 4 at M <= 2 with K <= 8192,
 // else variant 0 at M = 1 and variant 2 at M = 2, 3; at M = 4 variant 0 only for K >= 8192): from
 // M = 4 on, the per-token FMAs make it issue-bound and the mma.sync small-M kernel is faster on
 // short rows (H100, bench/results/2026-11-22-h100-s3-gemv*-bench-cuda.md,
 // …-s4-pdl-variants-bench-cuda.md).
+// Tried in session 13 and removed again (code: git show ca759fe): a "stream" GEMV for M <= 2 that
+// keeps each layer to one small CTA per SM (the next layer's CTA fits beside it under PDL) and
+// loads the CTA's rows into a 64 KB shared-memory ring (bulk copies or cp.async) before
+// griddepcontrol.wait, so that the next layer's weights stream while this layer computes. Slower
+// at M = 1 on every layer (H100, best configuration: 5.5 / 16.3 / 17.6 / 18.2 us against 5.2 /
+// 12.6 / 12.7 / 14.9 for this GEMV on 4096^2, 4096 x 14336, 14336 x 4096, 8192^2, K x N;
+// bench/results/2026-11-24-h100-s13-stream{1,2,3}-bench-cuda.md). Nsight Compute on 4096^2 alone:
+// 12.4 us, 16 warps per SM at ~10 cycles per instruction; once a layer's X arrives, its decode and
+// dot products on half an SM take longer than the boundary the prefetch hides.
 constexpr int kInt4GemvCcDefaultMaxM = 4;
 template <typename T>
 void LaunchInt4GemvCc(int variant, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
                       const cuda_detail::Int4Geom& g, PdlMode pdl, cudaStream_t stream);
-// The stream GEMV of matmul_int4_gemv_stream_impl.cu: B (row-major) streamed into a shared-memory
-// ring by bulk copies, one CTA per SM, small enough that the next layer's CTA runs beside it and
-// loads its weights before griddepcontrol.wait. config bit 0: 512 threads (else 256); bit 1: a
-// 96 KB ring (else 64 KB). Returns false, launching nothing, where it does not apply (compute
-// capability < 9.0, M > 2, K % 32 != 0, block_size < 32, unaligned X / B, K > 65536, the plan does
-// not fit); else true, with the launch status in *err.
-template <typename T>
-bool LaunchInt4GemvStream(int config, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias,
-                          T* y, const cuda_detail::Int4Geom& g, PdlMode pdl, cudaStream_t stream, cudaError_t* err);
 
 // The ring kernel of matmul_int4_ring_impl.cu (5 <= M <= 64 with mt = ceil(M / 16) in {1, 2, 4}
 // m16 tiles per CTA row; the same preconditions as the small-M mma.sync kernel); variant =

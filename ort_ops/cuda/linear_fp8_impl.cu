@@ -3,8 +3,10 @@
 // Stage 1, activation quantization: amax (NaN ignored), the scale rule of docs/ops.md
 //   (DynamicFp8RowScale, identical float32 arithmetic), saturating RNE cast. Two kernels:
 //   quantize_rows_vec_kernel (16-byte loads, the row held in registers so X is read once; a warp
-//     per row, 8 rows per CTA, for M > 16; a 512-thread CTA per row for M <= 16, so a single long
-//     row is not one-thread-per-16-elements latency-bound: every load is issued before any use);
+//     per row, 8 rows per CTA, for M > 16 with rows of up to 256 bytes per lane (K <= 4096 fp16);
+//     a 512-thread CTA per row for M <= 16, so a single long row is not
+//     one-thread-per-16-elements latency-bound (every load is issued before any use), and for
+//     longer rows at any M);
 //   quantize_rows_fp8_kernel (scalar, one CTA per row): rows that are not 16-byte aligned.
 // Stage 2, one of
 //   sm90::LaunchFp8Gemm (sm90/fp8_gemm_sm90.h): CUTLASS FP8 wgmma GEMM on compute capability 9.0

@@ -521,14 +521,15 @@ void LaunchQuantize(const LinearFp8Problem& p, uint8_t* xq, float* s_x, bool pdl
   // warp-per-row kernel reads them twice, and at M = 2048, K = 14336 the second pass missed L2
   // (H100, Nsight Compute: 117 MB read for 59 MB of X, 48.6 us = 20 % of the layer;
   // bench/results/2026-11-24-h100-s13-ncu-fp8-m2048-14336x4096.txt).
+  constexpr int kWarpRowVecs = 16;  // 16-byte vectors per lane of the warp-per-row kernel
   const int64_t vecs = p.k * int64_t(sizeof(T)) / 16;
-  if (vec_ok && (p.m <= 16 || vecs > 32 * 16)) {
+  if (vec_ok && (p.m <= 16 || vecs > 32 * kWarpRowVecs)) {
     // One 512-thread CTA per row, up to 4 vectors per thread in registers (K <= 16384 for fp16).
     (void)LaunchWithPdl(quantize_rows_vec_kernel<T, 512, 4>, dim3(static_cast<unsigned>(p.m)), dim3(512), stream, pdl,
                         x, xq, s_x, static_cast<int>(p.m), static_cast<int>(p.k), st, p.x_scale);
   } else if (vec_ok) {
     // A warp per row, up to 16 vectors per lane in registers (K <= 4096 for fp16, 2048 fp32).
-    (void)LaunchWithPdl(quantize_rows_vec_kernel<T, 32, 16>, dim3(static_cast<unsigned>((p.m + 7) / 8)), dim3(256),
+    (void)LaunchWithPdl(quantize_rows_vec_kernel<T, 32, kWarpRowVecs>, dim3(static_cast<unsigned>((p.m + 7) / 8)), dim3(256),
                         stream, pdl, x, xq, s_x, static_cast<int>(p.m), static_cast<int>(p.k), st, p.x_scale);
   } else {
     (void)LaunchWithPdl(quantize_rows_fp8_kernel<T>, dim3(static_cast<unsigned>(p.m)), dim3(256), stream, pdl, x, xq,

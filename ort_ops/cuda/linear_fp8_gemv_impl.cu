@@ -214,8 +214,7 @@ bool Fp8GemvFusedFits(const LinearFp8Problem& p, size_t elem_bytes) {
 
 template <typename T>
 cudaError_t LaunchFp8GemvFused(const LinearFp8Problem& p, int variant, PdlMode pdl, cudaStream_t stream) {
-  int bs_log2 = 0;
-  while (p.block_size && (int64_t{1} << bs_log2) < p.block_size) ++bs_log2;
+  const int bs_log2 = CeilLog2(p.block_size);  // 0 for per-channel scales (block_size 0)
   switch (variant) {
     case 1:
       LaunchFusedScales<T, 2, 128>(p, bs_log2, pdl, stream);

@@ -640,8 +640,7 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
     g.n = static_cast<int>(p.n);
     g.k = static_cast<int>(p.k);
     g.n_chunks = static_cast<int>((p.k + 63) / 64);
-    g.bs_log2 = 0;
-    while (p.block_size && (int64_t{1} << g.bs_log2) < p.block_size) ++g.bs_log2;
+    g.bs_log2 = CeilLog2(p.block_size);  // 0 for per-channel scales (block_size 0)
     g.n_scale_blocks = static_cast<int>(p.n_scale_blocks);
     const bool block = p.block_size != 0;
     if (opt.gemv == 2 && p.m <= 8 && !block) {

@@ -203,13 +203,23 @@ struct Int4Geom {
   int n_chunks;   // ceil(nb * block_size / 128): 128-wide K chunks of the padded row
 };
 
+// ceil(log2(v)) for v >= 1, 0 for v <= 1: the block-size shift of both ops' launchers (block sizes
+// are powers of two, so it is exact there).
+constexpr int CeilLog2(int64_t v) {
+  int l = 0;
+  while ((int64_t{1} << l) < v) ++l;
+  return l;
+}
+static_assert(CeilLog2(0) == 0 && CeilLog2(1) == 0 && CeilLog2(16) == 4 && CeilLog2(128) == 7 && CeilLog2(129) == 8,
+              "CeilLog2");
+
 // The geometry of M tokens through a node with attributes `a` (host; the launchers' one set-up).
 inline Int4Geom MakeInt4Geom(int64_t m, const MatMulInt4Attrs& a) {
   Int4Geom g{};
   g.m = static_cast<int>(m);
   g.n = static_cast<int>(a.n);
   g.k = static_cast<int>(a.k);
-  while ((int64_t{1} << g.bs_log2) < a.block_size) ++g.bs_log2;
+  g.bs_log2 = CeilLog2(a.block_size);
   g.nb = static_cast<int>(a.n_blocks());
   g.row_bytes = static_cast<int>(Int4RowBytes(a.k, a.block_size));
   g.zp_row_bytes = static_cast<int>(Int4ZeroPointRowBytes(a.k, a.block_size));

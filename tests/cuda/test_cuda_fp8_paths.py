@@ -186,7 +186,9 @@ def test_fp8_gemv_swap(rng, dtype, x_scale, kn):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize(
-    "tile", ["f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64", "n64", "f192", "f192c2", "c128"]
+    "tile",
+    ["f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64", "n64", "f192", "f192c2", "c128"]
+    + ["o128", "o256", "o256c2", "op128"],
 )
 @pytest.mark.parametrize("kn", [(4096, 520), (1008, 264), (6160, 8)])
 def test_fp8_sm90_tile_variants(rng, dtype, tile, kn):
@@ -234,8 +236,10 @@ def test_fp8_sm90_scheduler_knobs(rng, dtype, knobs):
         {"PYQUANT_FP8_SM90_MIN_M": "1"},
         {"PYQUANT_FP8_SM90_MIN_M": "1", "PYQUANT_FP8_SM90_TILE": "p128"},
         {"PYQUANT_FP8_SM90_MIN_M": "1", "PYQUANT_FP8_SM90_TILE": "p64"},
+        {"PYQUANT_FP8_SM90_MIN_M": "1", "PYQUANT_FP8_SM90_TILE": "o128"},
+        {"PYQUANT_FP8_SM90_MIN_M": "1", "PYQUANT_FP8_SM90_TILE": "o256"},
     ],
-    ids=["default", "swap", "sm90all", "pingpong128", "pingpong64"],
+    ids=["default", "swap", "sm90all", "pingpong128", "pingpong64", "overlap128", "overlap256"],
 )
 def test_fp8_one_signed_error(rng, dtype, env):
     """All-positive X and W, K = 8192: the tensor core's truncation errors do not cancel, so this

@@ -32,6 +32,9 @@ struct Fp8GemmTuning : Sm90SchedulerTuning {
   //   4: 128x256x128 FastAccum, 2x1 cluster   5: 64x128x128 ping-pong   6: 5 with a 2x1 cluster
   //   7: 64x64x128 ping-pong (5..7: promoting, persistent data-parallel scheduler)
   //   8: 128x64x128 cooperative (the M <= 64 default before the ping-pong tiles)
+  //   9..11: 128x192 / 128x192 2x1 cluster / 128x128 cooperative, promoting
+  //   12..15: the overlapped-promotion mainloop (fp8_overlapped_promotion.cuh): 128x128,
+  //   128x256 in 4 parts, 128x256 in 4 parts with a 2x1 cluster, 64x128 ping-pong
   int variant = 0;
   int promote = 0;  // mma_promotion_interval (MMAs of k = 32; multiple of 4); 0: CUTLASS's 4
 };

@@ -16,6 +16,9 @@
 //                consumer warpgroup, the two taking turns on the tensor cores (one promotes /
 //                runs its epilogue while the other's wgmmas run); persistent data-parallel
 //                scheduler, since CUTLASS's ping-pong kernel has no stream-K
+//   kOverlapParts 0: CUTLASS's promoting mainloop as built; 1, 2, 4: the same schedule with the
+//                mainloop of fp8_overlapped_promotion.cuh (promotion adds under the next wgmmas,
+//                the warpgroup tile split into that many N-parts; promoting schedules only)
 #pragma once
 
 #include <mutex>
@@ -24,6 +27,7 @@
 #include "cuda/device_info.h"
 #include "cuda/sm90/fp8_gemm_sm90.h"
 #include "cuda/sm90/cutlass_gemm_common.h"
+#include "cuda/sm90/fp8_overlapped_promotion.cuh"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -42,8 +46,8 @@ namespace detail {
 using namespace cute;
 
 template <typename Element, typename TileShape, typename ClusterShape = Shape<_1, _1, _1>,
-          typename Schedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative>
-struct Fp8Gemm : GemmRunner<Fp8Gemm<Element, TileShape, ClusterShape, Schedule>, Fp8GemmArgs> {
+          typename Schedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative, int kOverlapParts = 0>
+struct Fp8Gemm : GemmRunner<Fp8Gemm<Element, TileShape, ClusterShape, Schedule, kOverlapParts>, Fp8GemmArgs> {
   using ElementQ = cutlass::float_e4m3_t;
   using ElementAcc = float;
   using LayoutA = cutlass::layout::RowMajor;     // W [N, K]
@@ -77,11 +81,14 @@ struct Fp8Gemm : GemmRunner<Fp8Gemm<Element, TileShape, ClusterShape, Schedule>,
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, float, void, LayoutD, kAlignD, Element, LayoutD,
       kAlignD, EpilogueSchedule, Tree>::CollectiveOp;
 
-  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementQ, LayoutA, kAlignQ, ElementQ, LayoutB, kAlignQ,
       ElementAcc, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       Schedule>::CollectiveOp;
+  static_assert(kOverlapParts == 0 || kPromoting, "the overlapped mainloop replaces a promoting one");
+  using Mainloop = std::conditional_t<kOverlapParts == 0, BuiltMainloop,
+                                      Fp8OverlappedPromotionMainloop<BuiltMainloop, kOverlapParts>>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, TileScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;

@@ -21,6 +21,13 @@
 //               promotion copy (the 128x256 tile's 2 x 128 spilled)
 //  10 "f192c2": 9 with a 2x1 cluster
 //  11 "c128":   128x128x128 cooperative, promoting, 1x1 (the default for M >= 1536 before 9 took over)
+//  12 "o128":   128x128x128 cooperative, overlapped promotion (fp8_overlapped_promotion.cuh): the
+//               adds of one k-block run under the next k-block's wgmmas; 64 + 2 x 64 registers
+//  13 "o256":   128x256x128 cooperative, overlapped promotion in 4 parts of 64 tokens: 128 + 2 x 32
+//               registers, where the plain promoting mainloop's 2 x 128 spilled
+//  14 "o256c2": 13 with a 2x1 cluster
+//  15 "op128":  64x128x128 ping-pong, overlapped promotion
+//               (128x192 in 2 parts of 96 and 64x256 ping-pong in 4 parts spilled: not built)
 //
 // Why FastAccum is not the default: the Hopper FP8 wgmma accumulator keeps about 13 fraction bits
 // (truncating) inside one chain of MMAs. Per MMA (k = 32) the added error is at most about
@@ -70,6 +77,14 @@ auto WithVariant(int variant, bool* found, F&& f) {
       return f(Fp8Gemm<H, Shape<_128, _192, _128>, Shape<_2, _1, _1>, Promoting>{});
     case 11:
       return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Promoting>{});
+    case 12:
+      return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Promoting, 1>{});
+    case 13:
+      return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_1, _1, _1>, Promoting, 4>{});
+    case 14:
+      return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_2, _1, _1>, Promoting, 4>{});
+    case 15:
+      return f(Fp8Gemm<H, Shape<_64, _128, _128>, Shape<_1, _1, _1>, Pingpong, 1>{});
     default:
       *found = false;
       return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Fast>{});

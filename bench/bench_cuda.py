@@ -30,7 +30,8 @@ Methods (fp16 activations):
                     mma.sync kernels that serve GPUs other than sm_90 (not in the default list)
   pyquant_fp8_<variant>  pyquant_fp8 under the environment switches of METHOD_ENV (swap, f128, f256,
                     c2, f256c2, p128, p128c2, p64, n64, f192, f192c2, c128, o128, o256, o256c2, op128,
-                    p128all, p64all, p8, p16, rm2, rn4, dp, sk, split2/4/8, nondet, sm90min<M>; see
+                    o256s, p128all, p64all, p8, p16, rm2, rn4, dp, sk, split2/4/8,
+                    nondet, sm90min<M>; see
                     ort_ops/cuda/linear_fp8.h) (not in the default list)
   pyquant_int4_<knob>  the Hopper GEMM's scheduler under PYQUANT_INT4_SM90_* (dp, sk, heur, split2/3/4/8,
                     nondet, sknondet, split2nondet, split4nondet, rm2, rn2; see
@@ -178,7 +179,7 @@ METHOD_ENV = {
     **{
         f"pyquant_fp8_{t}": {"PYQUANT_FP8_SM90_TILE": t}
         for t in ("f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64", "n64", "f192", "f192c2", "c128")
-        + ("o128", "o256", "o256c2", "op128")
+        + ("o128", "o256", "o256c2", "op128", "o256s")
     },
     **{
         f"pyquant_fp8_{t}all": {"PYQUANT_FP8_SM90_TILE": t, "PYQUANT_FP8_SM90_MIN_M": "1"}

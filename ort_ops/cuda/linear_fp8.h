@@ -43,7 +43,8 @@ struct Fp8Options {
   int gemv = 0;
   // Hopper GEMM knobs (sm90::Fp8GemmTuning, fp8_gemm_sm90.h):
   //   PYQUANT_FP8_SM90_TILE     auto | f128 | f256 | c2 | f256c2 | p128 | p128c2 | p64 | n64 |
-  //                             f192 | f192c2 | c128 | o128 | o256 | o256c2 | op128 -> variant 0..15
+  //                             f192 | f192c2 | c128 | o128 | o256 | o256c2 | op128 | o256s
+  //                             -> variant 0..16
   //   PYQUANT_FP8_SM90_PROMOTE  mma_promotion_interval (multiple of 4)
   int sm90_variant = 0, sm90_promote = 0;
   //   PYQUANT_FP8_SM90_DECOMP / _SPLITS / _RASTER / _SWIZZLE / _REDUCE: the scheduler

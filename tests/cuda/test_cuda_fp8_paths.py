@@ -188,7 +188,7 @@ def test_fp8_gemv_swap(rng, dtype, x_scale, kn):
 @pytest.mark.parametrize(
     "tile",
     ["f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64", "n64", "f192", "f192c2", "c128"]
-    + ["o128", "o256", "o256c2", "op128"],
+    + ["o128", "o256", "o256c2", "op128", "o256s"],
 )
 @pytest.mark.parametrize("kn", [(4096, 520), (1008, 264), (6160, 8)])
 def test_fp8_sm90_tile_variants(rng, dtype, tile, kn):
@@ -255,7 +255,7 @@ def test_fp8_one_signed_error(rng, dtype, env):
     w8, ws = layout.quantize_weight_fp8(w, 0)
     model = fp8_model(w8, ws, dtype=dtype, block_size=0, x_scale=None, bias=None)
     sess = _fp8_session(model, env=env)
-    for m in [1, 8, 64, 200, 512]:
+    for m in [1, 8, 64, 200, 512, 1600]:
         x = _as_t(np.abs(rng.standard_normal((m, k))) + 0.1, dtype)
         y = run_cuda(sess, x, n, dtype)
         y_ref, mag = linear_fp8_ref(x, w8, ws, 0, None, None)

@@ -22,10 +22,13 @@
 //    64 x 128 x 128 ping-pong for M <= 256 when the 128 x 128 tiles would fill less than half
 //                   of the SMs (e.g. N = 4096, M = 256: 64 tiles on 132 SMs)
 //   128 x 128 x 128 cooperative for M < 1536
-//   128 x 192 x 128 cooperative from M = 1536 (1.5x the MMA work per smem byte; 96 accumulators +
-//                   their 96-register promotion copy per thread fit where 128 x 256's 2 x 128
-//                   spilled; from 1536 on the 192-token tiles pad M by at most 4 % more than the
-//                   128-token ones)
+//   128 x 256 x 128 cooperative from M = 1536, with the overlapped-promotion mainloop
+//                   (fp8_overlapped_promotion.cuh): the fp32 adds of one 64-token part run under
+//                   the next part's wgmmas, and its 128 accumulators + 2 x 32 temporaries per
+//                   thread fit where CUTLASS's promoting mainloop at 128 x 256 (2 x 128) spilled.
+//                   H100, M = 2048 / 4096, against the 128 x 192 promoting tile that served
+//                   these M in sessions 8-13: 7-12 % faster on the three large layers
+//                   (bench/results/2026-11-24-h100-s14-fp8-overlap-bench-cuda.md, variant o256)
 // Ping-pong: each of the 2 consumer warpgroups owns a whole 64-channel tile and they take turns on
 // the tensor cores, so one warpgroup's promotion adds and epilogue overlap the other's wgmmas;
 // twice the channel tiles of a 128-row tile, persistent data-parallel scheduler. Cooperative: 2
@@ -63,8 +66,9 @@ using SmallTile = Shape<_64, _64, _128>;   // ping-pong
 using NarrowTile = Shape<_128, _64, _128>;  // cooperative
 using MidTile = Shape<_64, _128, _128>;    // ping-pong
 using WideTile = Shape<_128, _128, _128>;  // cooperative
-using TallTile = Shape<_128, _192, _128>;  // cooperative, M >= kTallMinM
+using TallTile = Shape<_128, _256, _128>;  // cooperative, overlapped promotion in 4 parts, M >= kTallMinM
 constexpr int kTallMinM = 1536;
+constexpr int kTallParts = 4;
 
 // Whether 64 x 128 ping-pong tiles serve a problem with 64 < M <= 256: the 128 x 128 tiles would
 // occupy fewer than half of the SMs.
@@ -78,7 +82,9 @@ auto WithConfig(const Fp8GemmArgs& a, F&& f) {
   if (a.m <= 64) return f(Fp8Gemm<Element, SmallTile, NoCluster, Pingpong>{});
   if (a.m <= 128) return f(Fp8Gemm<Element, NarrowTile>{});
   if (MidTileFor(a)) return f(Fp8Gemm<Element, MidTile, NoCluster, Pingpong>{});
-  if (a.m >= kTallMinM) return f(Fp8Gemm<Element, TallTile>{});
+  if (a.m >= kTallMinM) {
+    return f(Fp8Gemm<Element, TallTile, NoCluster, cutlass::gemm::KernelTmaWarpSpecializedCooperative, kTallParts>{});
+  }
   return f(Fp8Gemm<Element, WideTile>{});
 }
 

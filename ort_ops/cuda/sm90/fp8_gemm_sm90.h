@@ -35,6 +35,7 @@ struct Fp8GemmTuning : Sm90SchedulerTuning {
   //   9..11: 128x192 / 128x192 2x1 cluster / 128x128 cooperative, promoting
   //   12..15: the overlapped-promotion mainloop (fp8_overlapped_promotion.cuh): 128x128,
   //   128x256 in 4 parts, 128x256 in 4 parts with a 2x1 cluster, 64x128 ping-pong
+  //   16: 13 with the two warpgroups' pipeline drains staggered by one k-block
   int variant = 0;
   int promote = 0;  // mma_promotion_interval (MMAs of k = 32; multiple of 4); 0: CUTLASS's 4
 };

@@ -19,6 +19,7 @@
 //   kOverlapParts 0: CUTLASS's promoting mainloop as built; 1, 2, 4: the same schedule with the
 //                mainloop of fp8_overlapped_promotion.cuh (promotion adds under the next wgmmas,
 //                the warpgroup tile split into that many N-parts; promoting schedules only)
+//   kOverlapStagger the overlapped mainloop's second warpgroup drains one k-block later
 #pragma once
 
 #include <mutex>
@@ -46,8 +47,10 @@ namespace detail {
 using namespace cute;
 
 template <typename Element, typename TileShape, typename ClusterShape = Shape<_1, _1, _1>,
-          typename Schedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative, int kOverlapParts = 0>
-struct Fp8Gemm : GemmRunner<Fp8Gemm<Element, TileShape, ClusterShape, Schedule, kOverlapParts>, Fp8GemmArgs> {
+          typename Schedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative, int kOverlapParts = 0,
+          bool kOverlapStagger = false>
+struct Fp8Gemm
+    : GemmRunner<Fp8Gemm<Element, TileShape, ClusterShape, Schedule, kOverlapParts, kOverlapStagger>, Fp8GemmArgs> {
   using ElementQ = cutlass::float_e4m3_t;
   using ElementAcc = float;
   using LayoutA = cutlass::layout::RowMajor;     // W [N, K]
@@ -88,7 +91,7 @@ struct Fp8Gemm : GemmRunner<Fp8Gemm<Element, TileShape, ClusterShape, Schedule, 
       Schedule>::CollectiveOp;
   static_assert(kOverlapParts == 0 || kPromoting, "the overlapped mainloop replaces a promoting one");
   using Mainloop = std::conditional_t<kOverlapParts == 0, BuiltMainloop,
-                                      Fp8OverlappedPromotionMainloop<BuiltMainloop, kOverlapParts>>;
+                                      Fp8OverlappedPromotionMainloop<BuiltMainloop, kOverlapParts, kOverlapStagger>>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, TileScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;

@@ -27,6 +27,7 @@
 //               registers, where the plain promoting mainloop's 2 x 128 spilled
 //  14 "o256c2": 13 with a 2x1 cluster
 //  15 "op128":  64x128x128 ping-pong, overlapped promotion
+//  16 "o256s":  13 with the second warpgroup's drains one k-block later (staggered)
 //               (128x192 in 2 parts of 96 and 64x256 ping-pong in 4 parts spilled: not built)
 //
 // Why FastAccum is not the default: the Hopper FP8 wgmma accumulator keeps about 13 fraction bits
@@ -85,6 +86,8 @@ auto WithVariant(int variant, bool* found, F&& f) {
       return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_2, _1, _1>, Promoting, 4>{});
     case 15:
       return f(Fp8Gemm<H, Shape<_64, _128, _128>, Shape<_1, _1, _1>, Pingpong, 1>{});
+    case 16:
+      return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_1, _1, _1>, Promoting, 4, true>{});
     default:
       *found = false;
       return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Fast>{});

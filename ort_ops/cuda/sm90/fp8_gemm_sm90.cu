@@ -22,13 +22,20 @@
 //    64 x 128 x 128 ping-pong for M <= 256 when the 128 x 128 tiles would fill less than half
 //                   of the SMs (e.g. N = 4096, M = 256: 64 tiles on 132 SMs)
 //   128 x 128 x 128 cooperative for M < 1536
-//   128 x 256 x 128 cooperative from M = 1536, with the overlapped-promotion mainloop
+//   128 x 192 x 128 cooperative for 1536 <= M < 2048 (1.5x the MMA work per smem byte; 96
+//                   accumulators + their 96-register promotion copy per thread fit where
+//                   128 x 256's 2 x 128 spilled; from 1536 on the 192-token tiles pad M by at
+//                   most 4 % more than the 128-token ones)
+//   128 x 256 x 128 cooperative from M = 2048, with the overlapped-promotion mainloop
 //                   (fp8_overlapped_promotion.cuh): the fp32 adds of one 64-token part run under
 //                   the next part's wgmmas, and its 128 accumulators + 2 x 32 temporaries per
-//                   thread fit where CUTLASS's promoting mainloop at 128 x 256 (2 x 128) spilled.
-//                   H100, M = 2048 / 4096, against the 128 x 192 promoting tile that served
-//                   these M in sessions 8-13: 7-12 % faster on the three large layers
-//                   (bench/results/2026-11-24-h100-s14-fp8-overlap-bench-cuda.md, variant o256)
+//                   thread fit. H100, one run, against 128 x 192 (`pyquant_fp8_f192`):
+//                   M = 2048: 74.2 / 223.5 / 232.4 / 255.7 us against 81.5 / 246.7 / 257.2 / 275.6;
+//                   M = 4096: 140.8 / 459.3 / 451.0 / 522.0 against 163.1 / 498.3 / 536.0 / 557.1
+//                   (4096^2, 4096 x 14336, 14336 x 4096, 8192^2; K x N). At M = 1536 it was
+//                   slower on every layer (65.0 against 54.6 on 4096^2: 192 tiles of 256 tokens
+//                   fill 1.45 waves of 132 SMs), hence kWideMinM
+//                   (bench/results/2026-11-24-h100-s14-fp8-tall256-bench-cuda.md).
 // Ping-pong: each of the 2 consumer warpgroups owns a whole 64-channel tile and they take turns on
 // the tensor cores, so one warpgroup's promotion adds and epilogue overlap the other's wgmmas;
 // twice the channel tiles of a 128-row tile, persistent data-parallel scheduler. Cooperative: 2
@@ -66,9 +73,11 @@ using SmallTile = Shape<_64, _64, _128>;   // ping-pong
 using NarrowTile = Shape<_128, _64, _128>;  // cooperative
 using MidTile = Shape<_64, _128, _128>;    // ping-pong
 using WideTile = Shape<_128, _128, _128>;  // cooperative
-using TallTile = Shape<_128, _256, _128>;  // cooperative, overlapped promotion in 4 parts, M >= kTallMinM
+using TallTile = Shape<_128, _192, _128>;  // cooperative, kTallMinM <= M < kWideMinM
 constexpr int kTallMinM = 1536;
-constexpr int kTallParts = 4;
+using WideOverlapTile = Shape<_128, _256, _128>;  // cooperative, overlapped promotion in 4 parts, M >= kWideMinM
+constexpr int kWideMinM = 2048;
+constexpr int kWideParts = 4;
 
 // Whether 64 x 128 ping-pong tiles serve a problem with 64 < M <= 256: the 128 x 128 tiles would
 // occupy fewer than half of the SMs.
@@ -82,9 +91,11 @@ auto WithConfig(const Fp8GemmArgs& a, F&& f) {
   if (a.m <= 64) return f(Fp8Gemm<Element, SmallTile, NoCluster, Pingpong>{});
   if (a.m <= 128) return f(Fp8Gemm<Element, NarrowTile>{});
   if (MidTileFor(a)) return f(Fp8Gemm<Element, MidTile, NoCluster, Pingpong>{});
-  if (a.m >= kTallMinM) {
-    return f(Fp8Gemm<Element, TallTile, NoCluster, cutlass::gemm::KernelTmaWarpSpecializedCooperative, kTallParts>{});
+  if (a.m >= kWideMinM) {
+    return f(Fp8Gemm<Element, WideOverlapTile, NoCluster, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                     kWideParts>{});
   }
+  if (a.m >= kTallMinM) return f(Fp8Gemm<Element, TallTile>{});
   return f(Fp8Gemm<Element, WideTile>{});
 }
 

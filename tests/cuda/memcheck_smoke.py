@@ -127,9 +127,9 @@ def main() -> int:
                 options=so,
                 strict=True,
             )
-            # sm90 on the last: 64x64 ping-pong, 128x64, 128x128, and from M = 1536 128x256 with
-            # the overlapped-promotion mainloop (M = 1601: a partial token tile)
-            for m in (1, 3, 9, 17, 40, 70, 100, 520, 1601):
+            # sm90 on the last: 64x64 ping-pong, 128x64, 128x128, 128x192 (M = 1601), and from
+            # M = 2048 128x256 with the overlapped-promotion mainloop (2049: a partial token tile)
+            for m in (1, 3, 9, 17, 40, 70, 100, 520, 1601, 2049):
                 x = rng.standard_normal((m, k)).astype(np_dtype(dtype))
                 y = np.asarray(run_session(sess, x), dtype=np.float64)
                 yr, mag = linear_fp8_ref(x.astype(np.float64), w8, ws, blk)

@@ -255,7 +255,7 @@ def test_fp8_one_signed_error(rng, dtype, env):
     w8, ws = layout.quantize_weight_fp8(w, 0)
     model = fp8_model(w8, ws, dtype=dtype, block_size=0, x_scale=None, bias=None)
     sess = _fp8_session(model, env=env)
-    for m in [1, 8, 64, 200, 512, 1600]:
+    for m in [1, 8, 64, 200, 512, 1600, 2100]:
         x = _as_t(np.abs(rng.standard_normal((m, k))) + 0.1, dtype)
         y = run_cuda(sess, x, n, dtype)
         y_ref, mag = linear_fp8_ref(x, w8, ws, 0, None, None)

@@ -21,7 +21,8 @@
 //   128 x  64 x 128 cooperative for 64 < M <= 128
 //    64 x 128 x 128 ping-pong for M <= 256 when the 128 x 128 tiles would fill less than half
 //                   of the SMs (e.g. N = 4096, M = 256: 64 tiles on 132 SMs)
-//   128 x 128 x 128 cooperative for M < 1536
+//   128 x 128 x 128 cooperative for M < 1536 (this and the 64 x 128 ping-pong tile with the
+//                   overlapped-promotion mainloop in one part since session 14, kOverlapOneTile)
 //   128 x 192 x 128 cooperative for 1536 <= M < 2048 (1.5x the MMA work per smem byte; 96
 //                   accumulators + their 96-register promotion copy per thread fit where
 //                   128 x 256's 2 x 128 spilled; from 1536 on the 192-token tiles pad M by at
@@ -78,6 +79,11 @@ constexpr int kTallMinM = 1536;
 using WideOverlapTile = Shape<_128, _256, _128>;  // cooperative, overlapped promotion in 4 parts, M >= kWideMinM
 constexpr int kWideMinM = 2048;
 constexpr int kWideParts = 4;
+// The mid (64 x 128 ping-pong) and wide (128 x 128) tiles run the overlapped-promotion mainloop
+// whole (1 part: 64 + 2 x 64 registers); 0 would select CUTLASS's promoting mainloop. H100, M = 512:
+// 128 x 128 overlapped (`o128`) 20.2 / 71.6 / 66.8 / 71.7 us against 21.8 / 73.1 / 67.4 / 73.6
+// promoting (bench/results/2026-11-24-h100-s14-fp8-overlap-bench-cuda.md).
+constexpr int kOverlapOneTile = 1;
 
 // Whether 64 x 128 ping-pong tiles serve a problem with 64 < M <= 256: the 128 x 128 tiles would
 // occupy fewer than half of the SMs.
@@ -90,13 +96,13 @@ template <typename Element, typename F>
 auto WithConfig(const Fp8GemmArgs& a, F&& f) {
   if (a.m <= 64) return f(Fp8Gemm<Element, SmallTile, NoCluster, Pingpong>{});
   if (a.m <= 128) return f(Fp8Gemm<Element, NarrowTile>{});
-  if (MidTileFor(a)) return f(Fp8Gemm<Element, MidTile, NoCluster, Pingpong>{});
+  if (MidTileFor(a)) return f(Fp8Gemm<Element, MidTile, NoCluster, Pingpong, kOverlapOneTile>{});
   if (a.m >= kWideMinM) {
     return f(Fp8Gemm<Element, WideOverlapTile, NoCluster, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
                      kWideParts>{});
   }
   if (a.m >= kTallMinM) return f(Fp8Gemm<Element, TallTile>{});
-  return f(Fp8Gemm<Element, WideTile>{});
+  return f(Fp8Gemm<Element, WideTile, NoCluster, cutlass::gemm::KernelTmaWarpSpecializedCooperative, kOverlapOneTile>{});
 }
 
 template <typename F>

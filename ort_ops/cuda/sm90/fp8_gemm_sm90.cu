@@ -16,7 +16,7 @@
 // precision inside the tensor core) into fp32 registers every 4 k-blocks (128 K); the error
 // limit of docs/ops.md covers what remains.
 //
-// Tiles (M_c x N_c x K = channels x tokens x K), promoting FP8 mainloop throughout:
+// Tiles (M_c x N_c x K = channels x tokens x K), all with promotion every 128-wide k-block:
 //    64 x  64 x 128 ping-pong for M <= 64
 //   128 x  64 x 128 cooperative for 64 < M <= 128
 //    64 x 128 x 128 ping-pong for M <= 256 when the 128 x 128 tiles would fill less than half

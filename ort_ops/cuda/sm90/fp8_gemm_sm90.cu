@@ -12,9 +12,10 @@
 // Epilogue (EVT): D_c[n, m] = s_x[m] * (s_w[n] * acc) + bias[n], fp32, one rounding to T:
 //   s_w, bias: per M_c row   -> Sm90ColBroadcast (read straight from global by each thread)
 //   s_x:       per N_c column -> Sm90RowBroadcast (staged in smem, predicated on M's residue)
-// Accumulation: the non-"FastAccum" FP8 mainloop, which moves the wgmma accumulators (reduced
-// precision inside the tensor core) into fp32 registers every 4 k-blocks (128 K); the error
-// limit of docs/ops.md covers what remains.
+// Accumulation: the wgmma accumulators (reduced precision inside the tensor core) move into fp32
+// registers after every 128-wide k-block, either in CUTLASS's non-"FastAccum" FP8 mainloop (every
+// 4 MMAs of k = 32) or in our overlapped-promotion mainloop (fp8_overlapped_promotion.cuh, same
+// numerics, the adds under the next wgmmas); the error limit of docs/ops.md covers what remains.
 //
 // Tiles (M_c x N_c x K = channels x tokens x K), all with promotion every 128-wide k-block:
 //    64 x  64 x 128 ping-pong for M <= 64

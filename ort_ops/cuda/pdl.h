@@ -34,6 +34,9 @@ namespace pyquant {
 struct PdlMode {
   bool launch = false;         // launch with programmatic stream serialization
   bool weights_early = false;  // the kernel may load its weights before the previous grid completes
+  // a decode launcher may precede its kernel with an L2 prefetch grid for the weights
+  // (cuda/l2_prefetch.h); set by the op only together with weights_early
+  bool l2_prefetch = false;
 };
 
 // PYQUANT_CUDA_PDL (read at kernel creation): "1" / unset = PDL with early weight loads where

@@ -28,7 +28,6 @@
 #include <type_traits>
 
 #include "cuda/device_info.h"
-#include "cuda/l2_prefetch.h"
 #include "cuda/linear_fp8.h"
 #include "cuda/linear_fp8_gemv.h"
 #include "cuda/linear_fp8_impl.cuh"
@@ -601,14 +600,6 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
   sm90 = Sm90Candidate<T>(p, opt, &device);
 #endif
   (void)device;
-  if (pdl.l2_prefetch && !force_ref && !sm90) {
-    // Decode: the weights into L2 while the kernel before still runs (cuda/l2_prefetch.h).
-    const size_t n = static_cast<size_t>(p.n);
-    const L2PrefetchRange r[2] = {{p.w_scale, n * static_cast<size_t>(p.n_scale_blocks) * sizeof(float)},
-                                  {p.w, n * static_cast<size_t>(p.k)}};
-    const cudaError_t e = LaunchL2Prefetch(r, 2, stream);
-    if (e != cudaSuccess) return e;
-  }
   if constexpr (!std::is_same<T, float>::value) {
     // Decode: quantization fused into the GEMV (no xq round trip, one launch), unless the Hopper
     // GEMM was asked for at this M.

@@ -13,7 +13,6 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/env_knobs.h"
-#include "cuda/l2_prefetch.h"
 #include "cuda/linear_fp8.h"
 #include "cuda/matmul_int4.h"  // CudaForceReferenceKernels
 #include "cuda/register_cuda.h"
@@ -77,7 +76,7 @@ class LinearFp8Cuda final : public Kernel {
   Fp8Options opt_;  // kernel choices, read from the environment at creation
   bool weights_constant_ = false;
   PdlSetting pdl_setting_ = PdlSetting::kOn;
-  int64_t l2_prefetch_max_m_ = 0;  // PYQUANT_L2_PREFETCH (cuda/l2_prefetch.h)
+  int64_t l2_prefetch_max_m_ = 0;  // PYQUANT_L2_PREFETCH (cuda/pdl.h)
   std::mutex mu_;
   DeviceScratch scratch_;
 };

@@ -38,7 +38,6 @@
 #include <type_traits>
 
 #include "cuda/device_info.h"
-#include "cuda/l2_prefetch.h"
 #include "cuda/matmul_int4.h"
 #include "cuda/matmul_int4_impl.cuh"
 #if PYQUANT_WITH_SM90
@@ -600,17 +599,6 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
     path = ChooseInt4Path<T>(p, tiled_min_m, nullptr);  // not enough scratch: portable kernels
   }
 #endif
-  if (pdl.l2_prefetch && path != Int4Path::kRef) {
-    // Decode: the weights into L2 while the kernel before still runs (cuda/l2_prefetch.h). Scales
-    // and zero points first: every CTA needs its rows' scales from the start.
-    const auto& a = p.attrs;
-    const size_t nb = static_cast<size_t>(a.n_blocks()), n = static_cast<size_t>(a.n);
-    const L2PrefetchRange r[3] = {{p.scales, n * nb * sizeof(T)},
-                                  {p.zero_points, p.zero_points ? n * ((nb + 1) / 2) : 0},
-                                  {p.b, n * nb * static_cast<size_t>(a.block_size / 2)}};
-    const cudaError_t e = LaunchL2Prefetch(r, 3, stream);
-    if (e != cudaSuccess) return e;
-  }
   if (shuffled) return LaunchMatMulInt4Shuffled<T>(p, stream, pdl, sm90->shuf);
   if (path == Int4Path::kRef) return LaunchMatMulInt4Ref<T>(p, stream);
   if constexpr (!std::is_same<T, float>::value) {

@@ -12,7 +12,6 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/env_knobs.h"
-#include "cuda/l2_prefetch.h"
 #include "cuda/matmul_int4.h"
 #include "cuda/register_cuda.h"
 
@@ -245,7 +244,7 @@ class MatMulInt4Cuda final : public Kernel {
   bool zp_constant_ = false;
   bool b_constant_ = false;
   PdlSetting pdl_setting_ = PdlSetting::kOn;
-  int64_t l2_prefetch_max_m_ = 0;  // PYQUANT_L2_PREFETCH (cuda/l2_prefetch.h)
+  int64_t l2_prefetch_max_m_ = 0;  // PYQUANT_L2_PREFETCH (cuda/pdl.h)
   std::mutex mu_;
   DeviceScratch scratch_;
   DeviceScratch prepared_;

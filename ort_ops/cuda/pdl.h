@@ -34,10 +34,28 @@ namespace pyquant {
 struct PdlMode {
   bool launch = false;         // launch with programmatic stream serialization
   bool weights_early = false;  // the kernel may load its weights before the previous grid completes
-  // a decode launcher may precede its kernel with an L2 prefetch grid for the weights
-  // (cuda/l2_prefetch.h); set by the op only together with weights_early
+  // the decode GEMV asks L2 for its CTA's whole weight rows before it waits (PrefetchL2Bulk);
+  // set by the op only together with weights_early
   bool l2_prefetch = false;
 };
+
+// PYQUANT_L2_PREFETCH (read at kernel creation): the largest M at which the decode GEMVs ask L2
+// for their rows before griddepcontrol.wait; 0 = never.
+//
+// Why: a GEMV thread holds only its first 16-byte piece of each row in registers before the
+// wait; on rows longer than one piece per thread (FP8 K > 2048, INT4 K > 4096 at 128 threads)
+// the rest is requested only after the previous grid has completed, one DRAM round trip into
+// the kernel boundary. A bulk prefetch of the rows puts them in flight during the wait.
+// (A separate prefetch grid between two layers was measured first and was slower everywhere,
+// up to 2x at M = 1 on 4096^2: its own completion adds a second boundary to the chain;
+// bench/results/2026-11-24-h100-s15-prefetch-bench-cuda.md.)
+constexpr int64_t kL2PrefetchDefaultMaxM = 0;
+inline int64_t CudaL2PrefetchMaxM() {
+  const char* v = std::getenv("PYQUANT_L2_PREFETCH");
+  if (v == nullptr || *v == '\0') return kL2PrefetchDefaultMaxM;
+  const long long m = std::strtoll(v, nullptr, 10);
+  return m > 0 ? m : 0;
+}
 
 // PYQUANT_CUDA_PDL (read at kernel creation): "1" / unset = PDL with early weight loads where
 // the weights are constant; "late" = PDL, but wait before any load; "0" = off.
@@ -74,6 +92,13 @@ __device__ __forceinline__ void PdlWaitPrimary() {
 __device__ __forceinline__ void PdlAllowDependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// Asks L2 to load [p, p + bytes) without waiting for it (sm_90+; a no-op before). p 16-byte
+// aligned, bytes a multiple of 16. Only for constant initializers (nothing writes them).
+__device__ __forceinline__ void PrefetchL2Bulk(const void* p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 #endif
 }
 

@@ -135,8 +135,8 @@ def main() -> int:
                 yr, mag = linear_fp8_ref(x.astype(np.float64), w8, ws, blk)
                 assert_within_limit(y, yr, mag, dtype, op=FP8_OP)
                 n_checked += 1
-    # The L2 weight prefetch grid before the decode kernels (ort_ops/cuda/l2_prefetch.h), on ranges
-    # whose ends are not 16-byte multiples (scales of 37 x 7 fp16), row-major and shuffled B, FP8.
+    # The decode GEMVs' L2 row prefetch (PYQUANT_L2_PREFETCH, ort_ops/cuda/pdl.h): odd N (the last
+    # CTA's rows past N are not prefetched), row-major and shuffled B, FP8 per channel and per block.
     if "prefetch" in only:
         os.environ["PYQUANT_L2_PREFETCH"] = "64"
         try:

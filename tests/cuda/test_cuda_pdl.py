@@ -156,10 +156,9 @@ def test_pdl_chain_matches_serial_launches(m: int, pdl: str) -> None:
 
 @pytest.mark.parametrize("m", [1, 2, 4, 16, 48])
 def test_l2_prefetch_chain_matches_serial_launches(m: int) -> None:
-    """The L2 weight prefetch grid (ort_ops/cuda/l2_prefetch.h) launched before every decode kernel
-    of the chain changes nothing: bit for bit the serial chain, plain and under CUDA-graph replay.
-    Its grid sits between two PDL-linked kernels, so a broken completion order would let the next
-    layer read X before the previous one wrote it."""
+    """The decode GEMVs' L2 row prefetch before griddepcontrol.wait (PYQUANT_L2_PREFETCH,
+    ort_ops/cuda/pdl.h) changes nothing: bit for bit the serial chain, plain and under CUDA-graph
+    replay."""
     import onnxruntime as ort
 
     w = _layers(1)

@@ -60,9 +60,6 @@ Methods (fp16 activations):
                     Hopper GEMM from M = 65 (not in the default list)
   pyquant_{int4,fp8}_nopdl / _pdllate  programmatic dependent launch off (PYQUANT_CUDA_PDL=0) / on
                     without early weight loads ("late"): ort_ops/cuda/pdl.h (not in the default list)
-  pyquant_{int4,fp8}_pf / _nopf  the decode GEMVs ask L2 for their CTA's whole weight rows before
-                    they wait for the kernel before, up to M = 64 (PYQUANT_L2_PREFETCH=64) / never (=0):
-                    ort_ops/cuda/pdl.h (not in the default list)
   torch_scaled_mm_q torch per-token activation quantization (amax, scale, e4m3 cast: the same work
                     as pyquant_fp8) + torch._scaled_mm with row-wise scales (s_x [M, 1], s_w [1, N]),
                     bf16 out (what torch supports for row-wise scales) (not in the default list)
@@ -216,13 +213,6 @@ METHOD_ENV = {
         f"pyquant_{op}_{name}": {"PYQUANT_CUDA_PDL": value}
         for op in ("int4", "fp8")
         for name, value in (("nopdl", "0"), ("pdllate", "late"))
-    },
-    # The decode GEMVs ask L2 for their whole weight rows before griddepcontrol.wait, up to M = 64
-    # (PYQUANT_L2_PREFETCH, ort_ops/cuda/pdl.h), or never.
-    **{
-        f"pyquant_{op}_{name}": {"PYQUANT_L2_PREFETCH": value}
-        for op in ("int4", "fp8")
-        for name, value in (("pf", "64"), ("nopf", "0"))
     },
 }
 

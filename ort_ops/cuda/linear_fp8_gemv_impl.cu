@@ -69,14 +69,14 @@ __device__ __forceinline__ void QuantX16(const uint4& a, const uint4& b, float i
 //   row), w [N, K] e4m3, w_scale [N, nsb] float (nsb = 1 per channel, else ceil(K / 2^bs_log2)),
 //   bias [N] T or nullptr, y [M, N] T. grid.x = ceil(N / kR), block = kThreads.
 //   weights_early: w / w_scale are constant initializers, so the first pieces may be loaded before
-//   the previous grid completes (PDL, cuda/pdl.h). prefetch_rows: PdlMode::l2_prefetch.
+//   the previous grid completes (PDL, cuda/pdl.h).
 //   kExact: the next piece is loaded only where there is one (else a clamped index re-reads the
 //   last piece: fewer registers, but at K = 4096 every warp ends on an L2 round trip).
 template <typename T, int kM, int kR, int kThreads, bool kBlockScale, bool kExact>
 __global__ void __launch_bounds__(kThreads)
     fp8_gemv_fused_kernel(const T* __restrict__ x, int static_scale, float x_scale, const uint8_t* __restrict__ w,
                           const float* __restrict__ w_scale, const T* __restrict__ bias, T* __restrict__ y, int n,
-                          int k, int bs_log2, int nsb, bool weights_early, bool prefetch_rows) {
+                          int k, int bs_log2, int nsb, bool weights_early) {
   constexpr int kWarps = kThreads / 32;
   const int n0 = blockIdx.x * kR;
   const int pieces = k >> 4;  // K % 16 == 0
@@ -89,11 +89,6 @@ __global__ void __launch_bounds__(kThreads)
   // while the previous grid drains; X is read only after it has completed.
   PdlAllowDependents();
   if (!weights_early) PdlWaitPrimary();
-  // PYQUANT_L2_PREFETCH (cuda/pdl.h; only with weights_early): the CTA's whole rows in flight
-  // before the wait (a thread holds only its first piece of each row; at K = 4096 that is half).
-  if (prefetch_rows && threadIdx.x < kR && n0 + int(threadIdx.x) < n) {
-    PrefetchL2Bulk(w + int64_t(n0 + threadIdx.x) * k, static_cast<unsigned>(k));
-  }
   uint4 cur[kR];
   int c = threadIdx.x;
   if (!kExact || c < pieces) {
@@ -197,7 +192,7 @@ void LaunchFused(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cudaStream
   if (p.m == 3) kernel = fp8_gemv_fused_kernel<T, 3, kR, kThreads, kBlock, kExact>;
   // Launch errors are left for the caller's cudaGetLastError().
   (void)LaunchWithPdl(kernel, grid, dim3(kThreads), stream, pdl.launch, x, st, p.x_scale, p.w, p.w_scale, bias, y, n,
-                      k, bs_log2, nsb, pdl.weights_early, pdl.weights_early && pdl.l2_prefetch);
+                      k, bs_log2, nsb, pdl.weights_early);
 }
 
 template <typename T, int kR, int kThreads, bool kExact = false>

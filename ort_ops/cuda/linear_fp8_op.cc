@@ -48,7 +48,6 @@ class LinearFp8Cuda final : public Kernel {
     GetConstantInput(info, kF8WScale, &w_scale_constant);
     weights_constant_ = w_constant && w_scale_constant;
     pdl_setting_ = CudaPdlSetting();
-    l2_prefetch_max_m_ = CudaL2PrefetchMaxM();
   }
   void Compute(OrtKernelContext* ctx) override {
     const LinearFp8Problem p = BindLinearFp8(ctx, attrs_, kType);
@@ -59,8 +58,7 @@ class LinearFp8Cuda final : public Kernel {
     // kernel serves this shape (sized here, outside any graph capture on the first run).
     Fp8Workspace ws =
         Scratch(force_ref_ ? LinearFp8WorkspaceBytes(p) : LinearFp8WorkspaceBytesT<T>(p, opt_), stream);
-    PdlMode pdl = MakePdlMode(pdl_setting_, weights_constant_);
-    pdl.l2_prefetch = pdl.weights_early && p.m <= l2_prefetch_max_m_;
+    const PdlMode pdl = MakePdlMode(pdl_setting_, weights_constant_);
     ThrowOnCudaError(force_ref_ ? LaunchLinearFp8Ref<T>(p, ws, stream) : LaunchLinearFp8<T>(p, ws, stream, opt_, pdl),
                      "LinearFp8 kernel launch");
   }
@@ -76,7 +74,6 @@ class LinearFp8Cuda final : public Kernel {
   Fp8Options opt_;  // kernel choices, read from the environment at creation
   bool weights_constant_ = false;
   PdlSetting pdl_setting_ = PdlSetting::kOn;
-  int64_t l2_prefetch_max_m_ = 0;  // PYQUANT_L2_PREFETCH (cuda/pdl.h)
   std::mutex mu_;
   DeviceScratch scratch_;
 };

@@ -160,12 +160,12 @@ __device__ __forceinline__ float SlowPiece(const typename GemvMath<T>::Decoder& 
 //   x [M, K] T (M = kM), b [N, row_bytes] codes, scales [N, nb] T, zp [N, zp_row_bytes] or
 //   nullptr, bias [N] T or nullptr, y [M, N] T. grid.x = ceil(N / kR), block = kThreads.
 //   weights_early: b / scales / zp are constant initializers, so the first pieces may be loaded
-//   before the previous grid completes (PDL, cuda/pdl.h). prefetch_rows: PdlMode::l2_prefetch.
+//   before the previous grid completes (PDL, cuda/pdl.h).
 template <typename T, int kM, int kR, int kThreads, bool kExactPrefetch>
 __global__ void __launch_bounds__(kThreads)
     int4_gemv_cc_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
                         const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
-                        bool weights_early, bool prefetch_rows) {
+                        bool weights_early) {
   using Math = GemvMath<T>;
   using T2 = typename Math::T2;
   const int n0 = blockIdx.x * kR;
@@ -188,11 +188,6 @@ __global__ void __launch_bounds__(kThreads)
   // pieces (at K <= 4096 all of this thread's weights) are in flight while the previous grid drains.
   PdlAllowDependents();
   if (!weights_early) PdlWaitPrimary();
-  // PYQUANT_L2_PREFETCH (cuda/pdl.h; only with weights_early): the CTA's whole rows of codes in
-  // flight before the wait, where a row is longer than one piece per thread.
-  if (prefetch_rows && threadIdx.x < kR && n0 + int(threadIdx.x) < g.n) {
-    PrefetchL2Bulk(b + int64_t(n0 + threadIdx.x) * g.row_bytes, static_cast<unsigned>(g.row_bytes));
-  }
   GemvPiece cur[kR];
   bool slow = false;  // a piece needs the slow path (see the error note above GemvMath)
   int c = threadIdx.x;
@@ -278,8 +273,7 @@ void LaunchCc(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const
   if (g.m == 2) kernel = int4_gemv_cc_kernel<T, 2, kR, kThreads, kExact>;
   if (g.m == 3) kernel = int4_gemv_cc_kernel<T, 3, kR, kThreads, kExact>;
   // Launch errors are left for the caller's cudaGetLastError().
-  (void)LaunchWithPdl(kernel, grid, dim3(kThreads), stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early,
-                      pdl.weights_early && pdl.l2_prefetch);
+  (void)LaunchWithPdl(kernel, grid, dim3(kThreads), stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
 }
 
 }  // namespace

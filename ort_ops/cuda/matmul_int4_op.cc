@@ -58,7 +58,6 @@ class MatMulInt4Cuda final : public Kernel {
     GetConstantInput(info, kI4ZeroPoints, &zp_constant_);  // false also when absent: checked per call
     GetConstantInput(info, kI4B, &b_constant_);
     pdl_setting_ = CudaPdlSetting();
-    l2_prefetch_max_m_ = CudaL2PrefetchMaxM();
     sm90_.min_m = CudaInt4Sm90MinM();
     sm90_ = CudaInt4Sm90Knobs(sm90_);
     if (sm90_.min_m != kInt4Sm90MinM) sm90_.min_m_large = sm90_.min_m;  // an explicit setting wins
@@ -104,8 +103,7 @@ class MatMulInt4Cuda final : public Kernel {
     // PDL's early weight loads only from initializers: a B, scale or zero-point tensor computed by
     // an earlier node may still be being written when this kernel starts.
     const bool weights_constant = b_constant_ && scales_constant_ && (p.zero_points == nullptr || zp_constant_);
-    PdlMode pdl = MakePdlMode(pdl_setting_, weights_constant);
-    pdl.l2_prefetch = pdl.weights_early && p.m <= l2_prefetch_max_m_;
+    const PdlMode pdl = MakePdlMode(pdl_setting_, weights_constant);
     ThrowOnCudaError(LaunchMatMulInt4<T>(p, stream, tiled_min_m_, ws, sm90, gemv_variant_, pdl, mid_variant_),
                      "MatMulInt4 kernel launch");
   }
@@ -244,7 +242,6 @@ class MatMulInt4Cuda final : public Kernel {
   bool zp_constant_ = false;
   bool b_constant_ = false;
   PdlSetting pdl_setting_ = PdlSetting::kOn;
-  int64_t l2_prefetch_max_m_ = 0;  // PYQUANT_L2_PREFETCH (cuda/pdl.h)
   std::mutex mu_;
   DeviceScratch scratch_;
   DeviceScratch prepared_;

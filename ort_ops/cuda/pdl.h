@@ -19,6 +19,15 @@
 //     what this grid wrote.
 // Kernels launched without the attribute, and GPUs before sm_90, see both calls as no-ops, and a
 // kernel that follows a PDL grid without the attribute is serialised as usual.
+//
+// Measured and dropped (session 15, H100, bench/results/2026-11-24-h100-s15-prefetch*-bench-cuda.md):
+// asking L2 for the next layer's weights with cp.async.bulk.prefetch.L2 to shorten the boundary
+// further. (1) A separate grid of 32-thread CTAs between two layers (launch_dependents first,
+// griddepcontrol.wait last, to keep the order): slower at M = 1 on every layer, 4096^2 INT4
+// 10.1 against 5.1 us, since its own completion adds a second boundary to the chain. (2) Each
+// GEMV CTA prefetching its whole rows before its wait: even where every weight is already in
+// registers before the wait (INT4, K = 4096), else slower (FP8 4096^2 9.6 against 7.7 us,
+// 14336 x 4096 30.7 against 23.9).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -34,28 +43,7 @@ namespace pyquant {
 struct PdlMode {
   bool launch = false;         // launch with programmatic stream serialization
   bool weights_early = false;  // the kernel may load its weights before the previous grid completes
-  // the decode GEMV asks L2 for its CTA's whole weight rows before it waits (PrefetchL2Bulk);
-  // set by the op only together with weights_early
-  bool l2_prefetch = false;
 };
-
-// PYQUANT_L2_PREFETCH (read at kernel creation): the largest M at which the decode GEMVs ask L2
-// for their rows before griddepcontrol.wait; 0 = never.
-//
-// Why: a GEMV thread holds only its first 16-byte piece of each row in registers before the
-// wait; on rows longer than one piece per thread (FP8 K > 2048, INT4 K > 4096 at 128 threads)
-// the rest is requested only after the previous grid has completed, one DRAM round trip into
-// the kernel boundary. A bulk prefetch of the rows puts them in flight during the wait.
-// (A separate prefetch grid between two layers was measured first and was slower everywhere,
-// up to 2x at M = 1 on 4096^2: its own completion adds a second boundary to the chain;
-// bench/results/2026-11-24-h100-s15-prefetch-bench-cuda.md.)
-constexpr int64_t kL2PrefetchDefaultMaxM = 0;
-inline int64_t CudaL2PrefetchMaxM() {
-  const char* v = std::getenv("PYQUANT_L2_PREFETCH");
-  if (v == nullptr || *v == '\0') return kL2PrefetchDefaultMaxM;
-  const long long m = std::strtoll(v, nullptr, 10);
-  return m > 0 ? m : 0;
-}
 
 // PYQUANT_CUDA_PDL (read at kernel creation): "1" / unset = PDL with early weight loads where
 // the weights are constant; "late" = PDL, but wait before any load; "0" = off.
@@ -92,13 +80,6 @@ __device__ __forceinline__ void PdlWaitPrimary() {
 __device__ __forceinline__ void PdlAllowDependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-// Asks L2 to load [p, p + bytes) without waiting for it (sm_90+; a no-op before). p 16-byte
-// aligned, bytes a multiple of 16. Only for constant initializers (nothing writes them).
-__device__ __forceinline__ void PrefetchL2Bulk(const void* p, unsigned bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 #endif
 }
 

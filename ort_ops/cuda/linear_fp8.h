@@ -47,6 +47,14 @@ struct Fp8Options {
   //                             -> variant 0..16
   //   PYQUANT_FP8_SM90_PROMOTE  mma_promotion_interval (multiple of 4)
   int sm90_variant = 0, sm90_promote = 0;
+  // PYQUANT_FP8_QUANT: activation quantizer for M > 16 on rows of <= 4096 fp16 elements:
+  //   0 "auto" / 1 "warp": a warp per row (quantize_rows_vec_kernel); 2 "stream": a persistent
+  //   grid of warps with two rows in flight each (quantize_rows_stream_kernel).
+  int quantizer = 0;
+  // PYQUANT_FP8_GEMM_PDL=late: the Hopper GEMM under PDL above M = 512 too, with the quantizer
+  // (the streaming one where a warp holds a row) triggering it only after its stores (by default
+  // the GEMM is not PDL-launched there: its early CTAs took SMs from the quantizer grid).
+  bool gemm_pdl_late = false;
   //   PYQUANT_FP8_SM90_DECOMP / _SPLITS / _RASTER / _SWIZZLE / _REDUCE: the scheduler
   //   (ReadSm90SchedulerTuning, env_knobs.h). Decomposition "auto" (unset): data-parallel for
   //   M <= 256, CUTLASS's stream-K heuristic above; measured 15-20 % faster at M = 48..256 on

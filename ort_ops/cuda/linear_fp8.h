@@ -51,10 +51,13 @@ struct Fp8Options {
   //   0 "auto" / 1 "warp": a warp per row (quantize_rows_vec_kernel); 2 "stream": a persistent
   //   grid of warps with two rows in flight each (quantize_rows_stream_kernel).
   int quantizer = 0;
-  // PYQUANT_FP8_GEMM_PDL=late: the Hopper GEMM under PDL above M = 512 too, with the quantizer
-  // (the streaming one where a warp holds a row) triggering it only after its stores (by default
-  // the GEMM is not PDL-launched there: its early CTAs took SMs from the quantizer grid).
-  bool gemm_pdl_late = false;
+  // PYQUANT_FP8_GEMM_PDL: "auto" / "late" (default): the Hopper GEMM under PDL above M = 512 too,
+  // with the quantizer triggering it only after its stores, so that the GEMM's CTAs take no SM
+  // from the quantizer grid while it runs (H100: 1-4 % faster at M = 1024-4096 on all four
+  // benchmark layers, bench/results/2026-11-24-h100-s15-fp8q-bench-cuda.md, column gpdl);
+  // "upto512": the GEMM not PDL-launched above M = 512 (the default before session 15: with the
+  // quantizer's early trigger its CTAs took SMs from the quantizer grid).
+  bool gemm_pdl_late = true;
   //   PYQUANT_FP8_SM90_DECOMP / _SPLITS / _RASTER / _SWIZZLE / _REDUCE: the scheduler
   //   (ReadSm90SchedulerTuning, env_knobs.h). Decomposition "auto" (unset): data-parallel for
   //   M <= 256, CUTLASS's stream-K heuristic above; measured 15-20 % faster at M = 48..256 on

@@ -60,11 +60,11 @@ Methods (fp16 activations):
                     Hopper GEMM from M = 65 (not in the default list)
   pyquant_{int4,fp8}_nopdl / _pdllate  programmatic dependent launch off (PYQUANT_CUDA_PDL=0) / on
                     without early weight loads ("late"): ort_ops/cuda/pdl.h (not in the default list)
-  pyquant_fp8_qstream / _gpdl / _qsgpdl  the streaming activation quantizer (PYQUANT_FP8_QUANT=stream),
-                    the Hopper GEMM under PDL above M = 512 with a late quantizer trigger
-                    (PYQUANT_FP8_GEMM_PDL=late, the default since session 15), both; _g512: the GEMM
-                    under PDL up to M = 512 only (=upto512, the earlier default): ort_ops/cuda/linear_fp8.h
-                    (not in the default list)
+  pyquant_fp8_gpdl / _g512  the Hopper GEMM under PDL above M = 512 with a late quantizer trigger
+                    (PYQUANT_FP8_GEMM_PDL=late, the default since session 15) / under PDL up to
+                    M = 512 only (=upto512, the earlier default): ort_ops/cuda/linear_fp8.h (not in
+                    the default list; session 15 also measured _qstream / _qsgpdl, a streaming
+                    quantizer since removed)
   torch_scaled_mm_q torch per-token activation quantization (amax, scale, e4m3 cast: the same work
                     as pyquant_fp8) + torch._scaled_mm with row-wise scales (s_x [M, 1], s_w [1, N]),
                     bf16 out (what torch supports for row-wise scales) (not in the default list)
@@ -219,12 +219,10 @@ METHOD_ENV = {
         for op in ("int4", "fp8")
         for name, value in (("nopdl", "0"), ("pdllate", "late"))
     },
-    # FP8 activation quantizer / GEMM launch (ort_ops/cuda/linear_fp8.h): the streaming warp quantizer,
-    # the GEMM under PDL above M = 512 after a quantizer that triggers it late, and both.
-    "pyquant_fp8_qstream": {"PYQUANT_FP8_QUANT": "stream"},
+    # FP8 GEMM launch (ort_ops/cuda/linear_fp8.h): under PDL above M = 512 too, after a quantizer that
+    # triggers it late (the default since session 15), or not above 512 (the earlier default).
     "pyquant_fp8_gpdl": {"PYQUANT_FP8_GEMM_PDL": "late"},
     "pyquant_fp8_g512": {"PYQUANT_FP8_GEMM_PDL": "upto512"},
-    "pyquant_fp8_qsgpdl": {"PYQUANT_FP8_QUANT": "stream", "PYQUANT_FP8_GEMM_PDL": "late"},
 }
 
 

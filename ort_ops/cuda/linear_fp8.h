@@ -47,16 +47,14 @@ struct Fp8Options {
   //                             -> variant 0..16
   //   PYQUANT_FP8_SM90_PROMOTE  mma_promotion_interval (multiple of 4)
   int sm90_variant = 0, sm90_promote = 0;
-  // PYQUANT_FP8_QUANT: activation quantizer for M > 16 on rows of <= 4096 fp16 elements:
-  //   0 "auto" / 1 "warp": a warp per row (quantize_rows_vec_kernel); 2 "stream": a persistent
-  //   grid of warps with two rows in flight each (quantize_rows_stream_kernel).
-  int quantizer = 0;
   // PYQUANT_FP8_GEMM_PDL: "auto" / "late" (default): the Hopper GEMM under PDL above M = 512 too,
   // with the quantizer triggering it only after its stores, so that the GEMM's CTAs take no SM
   // from the quantizer grid while it runs (H100: 1-4 % faster at M = 1024-4096 on all four
   // benchmark layers, bench/results/2026-11-24-h100-s15-fp8q-bench-cuda.md, column gpdl);
   // "upto512": the GEMM not PDL-launched above M = 512 (the default before session 15: with the
-  // quantizer's early trigger its CTAs took SMs from the quantizer grid).
+  // quantizer's early trigger its CTAs took SMs from the quantizer grid). Measured alongside and
+  // dropped: a persistent warp quantizer with two rows in flight per warp, to overlap X's reads
+  // with xq's writes (no faster; 77.6 against 74.1 us on 4096^2 at M = 2048, same file).
   bool gemm_pdl_late = true;
   //   PYQUANT_FP8_SM90_DECOMP / _SPLITS / _RASTER / _SWIZZLE / _REDUCE: the scheduler
   //   (ReadSm90SchedulerTuning, env_knobs.h). Decomposition "auto" (unset): data-parallel for

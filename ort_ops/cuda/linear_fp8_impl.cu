@@ -160,69 +160,6 @@ __global__ void __launch_bounds__(kGroup == 32 ? 256 : kGroup)
   if (late_trigger) PdlAllowDependents();
 }
 
-// Streaming warp-per-row quantizer (PYQUANT_FP8_QUANT=stream) for M > 16 and rows a lane holds in
-// kNV 16-byte vectors (K <= 32 * kNV * 16 / sizeof(T)). x, xq, s_x as quantize_rows_vec_kernel.
-//   grid: kStreamCtasPerSm CTAs of 8 warps per SM at most; warp w of the grid quantizes rows
-//   w, w + W, w + 2W, ... (W = 8 * gridDim.x), with the next row's loads in flight while it
-//   reduces, converts and stores the current one (two register buffers, a and b).
-// Why: with one row per warp (quantize_rows_vec_kernel<T, 32, 16>) all warps of the single wave
-// load, then reduce, then store at about the same time, so HBM reads and writes do not overlap
-// (H100, M = 2048, K = 4096: 11.3 us for 25 MB, bench/results/2026-11-24-h100-s13-ncu-fp8-m2048-*).
-//   late_trigger: griddepcontrol.launch_dependents after the last store instead of first, so
-//   that a PDL-launched GEMM takes no SM from this grid while it runs (cuda/pdl.h).
-constexpr int kStreamCtasPerSm = 1;
-template <typename T, int kNV>
-__global__ void __launch_bounds__(256)
-    quantize_rows_stream_kernel(const T* __restrict__ x, uint8_t* __restrict__ xq, float* __restrict__ s_x, int m,
-                                int k, int static_scale, float x_scale, int late_trigger) {
-  constexpr int kE = Vec16<T>::kE;
-  const int lane = threadIdx.x & 31;
-  const int stride = gridDim.x * 8;
-  const int nvec = k / kE;
-  const uint4* x4 = reinterpret_cast<const uint4*>(x);
-  if (!late_trigger) PdlAllowDependents();
-  PdlWaitPrimary();
-
-  // Row r's vectors lane, lane + 32, ... (zeros past the row or for r >= m: |0| never raises amax).
-  auto load_row = [&](int r, uint4 (&v)[kNV]) {
-    const uint4* xr = x4 + int64_t(r < m ? r : 0) * nvec;
-#pragma unroll
-    for (int i = 0; i < kNV; ++i) {
-      const int j = lane + 32 * i;
-      v[i] = (r < m && j < nvec) ? __ldg(xr + j) : make_uint4(0, 0, 0, 0);
-    }
-  };
-  auto quantize_row = [&](int r, const uint4 (&v)[kNV]) {
-    float inv = 1.0f / x_scale, sc = x_scale;
-    if (!static_scale) {
-      float amax = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kNV; ++i) amax = VecAbsMax<T>(v[i], amax);
-      const Fp8RowScale rs = DynamicFp8RowScale(WarpMax(amax));
-      inv = rs.inv;
-      sc = rs.s_x;
-    }
-    uint8_t* qr = xq + int64_t(r) * k;
-#pragma unroll
-    for (int i = 0; i < kNV; ++i) {
-      const int j = lane + 32 * i;
-      if (j < nvec) QuantStore<T>(v[i], inv, qr + int64_t(j) * kE);
-    }
-    if (lane == 0) s_x[r] = sc;
-  };
-
-  uint4 a[kNV], b[kNV];
-  int row = blockIdx.x * 8 + (threadIdx.x >> 5);
-  load_row(row, a);
-  for (; row < m; row += 2 * stride) {
-    load_row(row + stride, b);
-    quantize_row(row, a);
-    load_row(row + 2 * stride, a);
-    if (row + stride < m) quantize_row(row + stride, b);
-  }
-  if (late_trigger) PdlAllowDependents();
-}
-
 // xq [M, K] e4m3, w [N, K] e4m3, w_scale [N, n_scale_blocks], s_x [M], bias [N] T, y [M, N] T.
 template <typename T>
 __global__ void linear_fp8_ref_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ s_x,
@@ -577,11 +514,11 @@ sm90::Fp8GemmArgs Sm90Args(const LinearFp8Problem& p, const uint8_t* xq, const f
 #endif
 
 // Stage 1 for every path: xq, s_x from X.
-// quantizer: Fp8Options::quantizer; late_trigger: see quantize_rows_stream_kernel (the other
-// kernels trigger first).
+// late_trigger: the vectorized kernels let the PDL-launched GEMM after them start only after
+// their stores (Fp8Options::gemm_pdl_late); else at once.
 template <typename T>
 void LaunchQuantize(const LinearFp8Problem& p, uint8_t* xq, float* s_x, bool pdl, cudaStream_t stream,
-                    int quantizer = 0, bool late_trigger = false) {
+                    bool late_trigger = false) {
   const int st = p.static_scale ? 1 : 0;
   const bool vec_ok = (p.k * int64_t(sizeof(T))) % 16 == 0 && (reinterpret_cast<uintptr_t>(p.x) & 15) == 0 &&
                       p.m * p.k < (int64_t{1} << 31);
@@ -596,15 +533,6 @@ void LaunchQuantize(const LinearFp8Problem& p, uint8_t* xq, float* s_x, bool pdl
     // One 512-thread CTA per row, up to 4 vectors per thread in registers (K <= 16384 for fp16).
     (void)LaunchWithPdl(quantize_rows_vec_kernel<T, 512, 4>, dim3(static_cast<unsigned>(p.m)), dim3(512), stream, pdl,
                         x, xq, s_x, static_cast<int>(p.m), static_cast<int>(p.k), st, p.x_scale,
-                        late_trigger ? 1 : 0);
-  } else if (vec_ok && quantizer == 2) {
-    // The streaming form: a persistent grid, each warp two rows in flight.
-    int device = 0;
-    (void)cudaGetDevice(&device);
-    const int64_t sms = std::max(1, CudaSmCount(device));
-    const int64_t ctas = std::min<int64_t>((p.m + 7) / 8, kStreamCtasPerSm * sms);
-    (void)LaunchWithPdl(quantize_rows_stream_kernel<T, kWarpRowVecs>, dim3(static_cast<unsigned>(ctas)), dim3(256),
-                        stream, pdl, x, xq, s_x, static_cast<int>(p.m), static_cast<int>(p.k), st, p.x_scale,
                         late_trigger ? 1 : 0);
   } else if (vec_ok) {
     // A warp per row, up to 16 vectors per lane in registers (K <= 4096 for fp16, 2048 fp32).
@@ -623,12 +551,11 @@ struct QuantizeLaunch {
   uint8_t* xq;
   float* s_x;
   bool pdl;
-  int quantizer;
   bool late_trigger;
   template <typename T>
   static cudaError_t Run(void* ctx, cudaStream_t stream) {
     const auto* q = static_cast<const QuantizeLaunch*>(ctx);
-    LaunchQuantize<T>(*q->p, q->xq, q->s_x, q->pdl, stream, q->quantizer, q->late_trigger);
+    LaunchQuantize<T>(*q->p, q->xq, q->s_x, q->pdl, stream, q->late_trigger);
     return cudaGetLastError();
   }
 };
@@ -704,13 +631,14 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
         sm90::Fp8GemmWorkspaceBytes(a, bf16) <= ws.bytes - off) {
       // The quantizer is launched by the GEMM launcher right before the GEMM kernel (after its
       // workspace memset), so that the GEMM can follow it under PDL (sm90/launch_control.h).
-      // PDL for the GEMM up to M = 512 only: beyond, its early CTAs take SMs from the larger
-      // quantizer grid (H100, M = 1024: 138.5 vs 130.1 us on 4096 x 14336; up to M = 512 it
-      // saves 1-2 us per layer, 4096^2 M = 64: 12.7 vs 14.7: …-s6-final / …-s6-pdl-bench-cuda.md).
-      // PYQUANT_FP8_GEMM_PDL=late: the GEMM under PDL at every M, the quantizer triggering it after
-      // its stores above M = 512.
+      // The GEMM under PDL: up to M = 512 the quantizer lets it start at once (1-2 us per layer,
+      // 4096^2 M = 64: 12.7 vs 14.7: …-s6-final / …-s6-pdl-bench-cuda.md). Above, an early start
+      // let the GEMM's CTAs take SMs from the larger quantizer grid (H100, M = 1024: 138.5 vs
+      // 130.1 us without PDL on 4096 x 14336), so there the quantizer triggers it only after its
+      // stores (Fp8Options::gemm_pdl_late: 1-8 % faster than no PDL at M = 1024-4096,
+      // bench/results/2026-11-24-h100-s15-fp8-default-bench-cuda.md).
       const bool late = opt.gemm_pdl_late && p.m > 512;
-      QuantizeLaunch q{&p, xq, s_x, pdl.launch, opt.quantizer, late};
+      QuantizeLaunch q{&p, xq, s_x, pdl.launch, late};
       a.launch.pdl = pdl.launch && (p.m <= 512 || opt.gemm_pdl_late);
       a.launch.pre_launch = &QuantizeLaunch::Run<T>;
       a.launch.pre_launch_ctx = &q;
@@ -718,7 +646,7 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
     }
   }
 #endif
-  LaunchQuantize<T>(p, xq, s_x, pdl.launch, stream, opt.quantizer);
+  LaunchQuantize<T>(p, xq, s_x, pdl.launch, stream);
   if (fast) {
     Fp8Geom g;
     g.m = static_cast<int>(p.m);

@@ -30,7 +30,6 @@ Fp8Options CudaFp8Options() {
                               "o128", "o256", "o256c2", "op128", "o256s"},
                              0);
   o.sm90_promote = EnvInt("PYQUANT_FP8_SM90_PROMOTE", 0);
-  o.quantizer = EnvChoice("PYQUANT_FP8_QUANT", {"auto", "warp", "stream"}, 0);
   o.gemm_pdl_late = EnvChoice("PYQUANT_FP8_GEMM_PDL", {"auto", "late", "upto512"}, 0) != 2;
   o.sm90_sched = ReadSm90SchedulerTuning("PYQUANT_FP8_SM90", &o.sm90_decomposition_auto);
   return o;

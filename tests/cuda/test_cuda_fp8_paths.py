@@ -102,14 +102,9 @@ def test_fp8_sm90_shapes(rng, dtype, x_scale, with_bias, kn):
     _check_fp8(sess, rng, SM90_M, k, n, dtype, w8, ws, 0, x_scale, bias_t)
 
 
-# The quantizer / launch knobs of linear_fp8.h: the streaming warp quantizer (several rows per
-# warp, two in flight) and the Hopper GEMM under PDL above M = 512 with the quantizer's late trigger.
-QUANT_ENVS = [
-    {},
-    {"PYQUANT_FP8_QUANT": "stream"},
-    {"PYQUANT_FP8_GEMM_PDL": "late"},
-    {"PYQUANT_FP8_QUANT": "stream", "PYQUANT_FP8_GEMM_PDL": "late"},
-]
+# The GEMM launch knob of linear_fp8.h: by default the Hopper GEMM follows the quantizer under PDL
+# at every M (the quantizer's late trigger above M = 512); "upto512": not PDL-launched above 512.
+QUANT_ENVS = [{}, {"PYQUANT_FP8_GEMM_PDL": "upto512"}]
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -117,8 +112,8 @@ QUANT_ENVS = [
 @pytest.mark.parametrize("env", QUANT_ENVS, ids=lambda e: "-".join(e.values()) or "default")
 def test_fp8_large_m(rng, dtype, block_size, env):
     """M = 4097: many waves of output tiles (sm90) / of the portable kernel (block scales); 1535 /
-    1536 / 2000: either side of the 128x128 -> 128x192 tile switch, partial token tiles; with the
-    streaming quantizer, several rows per warp and a partial last round."""
+    1536 / 2000: either side of the 128x128 -> 128x192 tile switch, partial token tiles; the GEMM
+    after the quantizer's late PDL trigger (default) and without PDL above M = 512."""
     k, n = 1024, 264
     model, w8, ws, bias_t = _fp8_case(rng, k, n, block_size, dtype, None, True)
     sess = _fp8_session(model, env=env)
@@ -154,8 +149,7 @@ def test_fp8_sm90_deterministic_and_matches_portable(rng, dtype):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("m", [3, 40])
 @pytest.mark.parametrize("k", [512, 8200])
-@pytest.mark.parametrize("env", QUANT_ENVS[:2], ids=lambda e: "-".join(e.values()) or "default")
-def test_fp8_quantizer_specials(rng, dtype, m, k, env):
+def test_fp8_quantizer_specials(rng, dtype, m, k):
     """NaN row, all-zero row, an infinite element (row -> NaN), saturation under a static scale,
     through both vectorized quantizers (a CTA per row for M <= 16 or rows over 4096 fp16 / bf16
     elements, else a warp per row) and the GEMV / GEMM behind them."""
@@ -165,7 +159,7 @@ def test_fp8_quantizer_specials(rng, dtype, m, k, env):
     n = 64
     for x_scale in (None, 0.001):
         model, w8, ws, bias_t = _fp8_case(rng, k, n, 0, dtype, x_scale, True)
-        sess = _fp8_session(model, env=env)
+        sess = _fp8_session(model)
         x = _as_t(rng.standard_normal((m, k)), dtype)
         x[1, 3] = np.nan
         x[2] = 0.0
@@ -177,15 +171,6 @@ def test_fp8_quantizer_specials(rng, dtype, m, k, env):
         if x_scale is None:
             assert np.isnan(y[m - 1]).all()
         assert_within_limit(y, y_ref, mag, dtype, op=FP8_OP)
-
-
-@pytest.mark.parametrize("x_scale", [None, 0.02])
-def test_fp8_stream_quantizer_float32(rng, x_scale):
-    """float32 activations through the streaming quantizer (rows of up to 2048 elements)."""
-    k, n = 1024, 72
-    model, w8, ws, bias_t = _fp8_case(rng, k, n, 0, "float32", x_scale, True)
-    sess = _fp8_session(model, env={"PYQUANT_FP8_QUANT": "stream"})
-    _check_fp8(sess, rng, [17, 40, 2000], k, n, "float32", w8, ws, 0, x_scale, bias_t)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])

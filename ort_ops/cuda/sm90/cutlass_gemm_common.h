@@ -33,6 +33,8 @@ namespace sm90 {
 namespace detail {
 
 using Pingpong = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+// The cooperative schedule; for FP8 it selects CUTLASS's promoting (accurate) mainloop.
+using Cooperative = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 using NoCluster = cute::Shape<cute::_1, cute::_1, cute::_1>;
 
 // The stream-K tile scheduler for the cooperative kernels. CUTLASS 4.2's Sm90 stream-K scheduler

@@ -68,6 +68,7 @@ namespace {
 
 using namespace cute;
 using detail::Fp8Gemm;
+using detail::Cooperative;
 using detail::NoCluster;
 using detail::Pingpong;
 
@@ -99,11 +100,10 @@ auto WithConfig(const Fp8GemmArgs& a, F&& f) {
   if (a.m <= 128) return f(Fp8Gemm<Element, NarrowTile>{});
   if (MidTileFor(a)) return f(Fp8Gemm<Element, MidTile, NoCluster, Pingpong, kOverlapOneTile>{});
   if (a.m >= kWideMinM) {
-    return f(Fp8Gemm<Element, WideOverlapTile, NoCluster, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-                     kWideParts>{});
+    return f(Fp8Gemm<Element, WideOverlapTile, NoCluster, Cooperative, kWideParts>{});
   }
   if (a.m >= kTallMinM) return f(Fp8Gemm<Element, TallTile>{});
-  return f(Fp8Gemm<Element, WideTile, NoCluster, cutlass::gemm::KernelTmaWarpSpecializedCooperative, kOverlapOneTile>{});
+  return f(Fp8Gemm<Element, WideTile, NoCluster, Cooperative, kOverlapOneTile>{});
 }
 
 template <typename F>

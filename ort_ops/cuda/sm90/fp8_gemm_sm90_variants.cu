@@ -48,8 +48,8 @@ namespace {
 using namespace cute;
 using detail::Fp8Gemm;
 using Fast = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum;
-using Promoting = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 using H = cutlass::half_t;
+using detail::Cooperative;  // the promoting mainloop
 using detail::Pingpong;
 
 template <typename F>
@@ -61,7 +61,7 @@ auto WithVariant(int variant, bool* found, F&& f) {
     case 2:
       return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_1, _1, _1>, Fast>{});
     case 3:
-      return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_2, _1, _1>, Promoting>{});
+      return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_2, _1, _1>, Cooperative>{});
     case 4:
       return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_2, _1, _1>, Fast>{});
     case 5:
@@ -71,23 +71,23 @@ auto WithVariant(int variant, bool* found, F&& f) {
     case 7:
       return f(Fp8Gemm<H, Shape<_64, _64, _128>, Shape<_1, _1, _1>, Pingpong>{});
     case 8:
-      return f(Fp8Gemm<H, Shape<_128, _64, _128>, Shape<_1, _1, _1>, Promoting>{});
+      return f(Fp8Gemm<H, Shape<_128, _64, _128>, Shape<_1, _1, _1>, Cooperative>{});
     case 9:
-      return f(Fp8Gemm<H, Shape<_128, _192, _128>, Shape<_1, _1, _1>, Promoting>{});
+      return f(Fp8Gemm<H, Shape<_128, _192, _128>, Shape<_1, _1, _1>, Cooperative>{});
     case 10:
-      return f(Fp8Gemm<H, Shape<_128, _192, _128>, Shape<_2, _1, _1>, Promoting>{});
+      return f(Fp8Gemm<H, Shape<_128, _192, _128>, Shape<_2, _1, _1>, Cooperative>{});
     case 11:
-      return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Promoting>{});
+      return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Cooperative>{});
     case 12:
-      return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Promoting, 1>{});
+      return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Cooperative, 1>{});
     case 13:
-      return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_1, _1, _1>, Promoting, 4>{});
+      return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_1, _1, _1>, Cooperative, 4>{});
     case 14:
-      return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_2, _1, _1>, Promoting, 4>{});
+      return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_2, _1, _1>, Cooperative, 4>{});
     case 15:
       return f(Fp8Gemm<H, Shape<_64, _128, _128>, Shape<_1, _1, _1>, Pingpong, 1>{});
     case 16:
-      return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_1, _1, _1>, Promoting, 4, true>{});
+      return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_1, _1, _1>, Cooperative, 4, true>{});
     default:
       *found = false;
       return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Fast>{});

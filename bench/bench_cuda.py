@@ -28,9 +28,9 @@ Methods (fp16 activations):
   torch_scaled_mm   torch._scaled_mm, e4m3 x e4m3 -> fp16, per-tensor scales, X already in fp8 (GEMM only)
   pyquant_fp8_portable  pyquant_fp8 with the Hopper GEMM off (PYQUANT_FP8_SM90_MIN_M huge): the
                     mma.sync kernels that serve GPUs other than sm_90 (not in the default list)
-  pyquant_fp8_<variant>  pyquant_fp8 under the environment switches of METHOD_ENV (swap, f128, f256,
-                    c2, f256c2, p128, p128c2, p64, n64, f192, f192c2, c128, o128, o256, o256c2, op128,
-                    o256s, p128all, p64all, p8, p16, rm2, rn4, dp, sk, split2/4/8,
+  pyquant_fp8_<variant>  pyquant_fp8 under the environment switches of METHOD_ENV (swap, the Hopper
+                    tiles of pyquant/_cuda_knobs.py FP8_SM90_TILES, p128all, p64all, p8, p16, rm2,
+                    rn4, dp, sk, split2/4/8,
                     nondet, sm90min<M>; see
                     ort_ops/cuda/linear_fp8.h) (not in the default list)
   pyquant_int4_<knob>  the Hopper GEMM's scheduler under PYQUANT_INT4_SM90_* (dp, sk, heur, split2/3/4/8,
@@ -87,6 +87,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from pyquant._cuda_knobs import FP8_SM90_TILES  # noqa: E402
 
 SHAPES = [(4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192)]  # (K, N)
 M_LIST = [1, 4, 16, 64, 256, 1024, 4096]
@@ -181,11 +183,7 @@ METHOD_ENV = {
     "pyquant_fp8_swap": {"PYQUANT_FP8_GEMV": "swap"},
     "pyquant_fp8_mma": {"PYQUANT_FP8_GEMV": "mma"},
     **{f"pyquant_fp8_fused{i}": {"PYQUANT_FP8_GEMV": "fused" if i == 0 else f"fused{i}"} for i in range(5)},
-    **{
-        f"pyquant_fp8_{t}": {"PYQUANT_FP8_SM90_TILE": t}
-        for t in ("f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64", "n64", "f192", "f192c2", "c128")
-        + ("o128", "o256", "o256c2", "op128", "o256s")
-    },
+    **{f"pyquant_fp8_{t}": {"PYQUANT_FP8_SM90_TILE": t} for t in FP8_SM90_TILES},
     **{
         f"pyquant_fp8_{t}all": {"PYQUANT_FP8_SM90_TILE": t, "PYQUANT_FP8_SM90_MIN_M": "1"}
         for t in ("p128", "p64")

@@ -42,9 +42,8 @@ struct Fp8Options {
   //   3..6 "fused", "fused1".."fused3": the fused GEMV's variants 0..3 (M <= 4; else "mma").
   int gemv = 0;
   // Hopper GEMM knobs (sm90::Fp8GemmTuning, fp8_gemm_sm90.h):
-  //   PYQUANT_FP8_SM90_TILE     auto | f128 | f256 | c2 | f256c2 | p128 | p128c2 | p64 | n64 |
-  //                             f192 | f192c2 | c128 | o128 | o256 | o256c2 | op128 | o256s
-  //                             -> variant 0..16
+  //   PYQUANT_FP8_SM90_TILE     auto, or a variant's name -> variant 0..16 (the names: the list in
+  //                             CudaFp8Options, linear_fp8_op.cc; fp8_gemm_sm90_variants.cu)
   //   PYQUANT_FP8_SM90_PROMOTE  mma_promotion_interval (multiple of 4)
   int sm90_variant = 0, sm90_promote = 0;
   // PYQUANT_FP8_GEMM_PDL: "auto" / "late" (default): the Hopper GEMM under PDL above M = 512 too,

@@ -35,6 +35,7 @@ import os
 import numpy as np
 import pytest
 
+from pyquant._cuda_knobs import FP8_SM90_TILES
 from tests.cuda.test_cuda_ops import _as_t, _check_fp8, _fp8_case, _session, run_cuda
 
 pytestmark = pytest.mark.cuda
@@ -192,11 +193,7 @@ def test_fp8_gemv_swap(rng, dtype, x_scale, kn):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize(
-    "tile",
-    ["f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64", "n64", "f192", "f192c2", "c128"]
-    + ["o128", "o256", "o256c2", "op128", "o256s"],
-)
+@pytest.mark.parametrize("tile", FP8_SM90_TILES)
 @pytest.mark.parametrize("kn", [(4096, 520), (1008, 264), (6160, 8)])
 def test_fp8_sm90_tile_variants(rng, dtype, tile, kn):
     """PYQUANT_FP8_SM90_TILE variants (fp16 output; bf16 keeps the default tiles): partial tiles

@@ -214,3 +214,16 @@ def test_int4_weights_read_by_other_ops(rng):
     x = rng.standard_normal((2, k)).astype(np.float32)
     out = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"X": x}), strict=True))
     assert np.array_equal(out["B_copy"], b)
+
+
+def test_fp8_tile_names_mirror_the_op():
+    """pyquant._cuda_knobs.FP8_SM90_TILES (used by bench_cuda.py and the device tests) lists the
+    PYQUANT_FP8_SM90_TILE names that linear_fp8_op.cc reads, in the same order (the index is the
+    variant number)."""
+    from pyquant._cuda_knobs import FP8_SM90_TILES
+
+    text = (REPO / "ort_ops" / "cuda" / "linear_fp8_op.cc").read_text()
+    m = re.search(r'EnvChoice\("PYQUANT_FP8_SM90_TILE",\s*\{([^}]*)\}', text)
+    assert m, "PYQUANT_FP8_SM90_TILE list not found in linear_fp8_op.cc"
+    names = tuple(re.findall(r'"(\w+)"', m.group(1)))
+    assert names == ("auto", *FP8_SM90_TILES)

@@ -88,6 +88,10 @@ auto WithVariant(int variant, bool* found, F&& f) {
       return f(Fp8Gemm<H, Shape<_64, _128, _128>, Shape<_1, _1, _1>, Pingpong, 1>{});
     case 16:
       return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_1, _1, _1>, Cooperative, 4, true>{});
+    case 17:  // as cuBLASLt's M >= 2048 choice: 128 x 128 in 2-CTA clusters (X tile multicast)
+      return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_2, _1, _1>, Cooperative, 1>{});
+    case 18:  // the same with the cluster along the tokens (W tile multicast)
+      return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _2, _1>, Cooperative, 1>{});
     default:
       *found = false;
       return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Fast>{});

@@ -42,7 +42,7 @@ struct Fp8Options {
   //   3..6 "fused", "fused1".."fused3": the fused GEMV's variants 0..3 (M <= 4; else "mma").
   int gemv = 0;
   // Hopper GEMM knobs (sm90::Fp8GemmTuning, fp8_gemm_sm90.h):
-  //   PYQUANT_FP8_SM90_TILE     auto, or a variant's name -> variant 0..18 (the names: the list in
+  //   PYQUANT_FP8_SM90_TILE     auto, or a variant's name -> variant 0..16 (the names: the list in
   //                             CudaFp8Options, linear_fp8_op.cc; fp8_gemm_sm90_variants.cu)
   //   PYQUANT_FP8_SM90_PROMOTE  mma_promotion_interval (multiple of 4)
   int sm90_variant = 0, sm90_promote = 0;

@@ -88,10 +88,9 @@ auto WithVariant(int variant, bool* found, F&& f) {
       return f(Fp8Gemm<H, Shape<_64, _128, _128>, Shape<_1, _1, _1>, Pingpong, 1>{});
     case 16:
       return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_1, _1, _1>, Cooperative, 4, true>{});
-    case 17:  // as cuBLASLt's M >= 2048 choice: 128 x 128 in 2-CTA clusters (X tile multicast)
-      return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_2, _1, _1>, Cooperative, 1>{});
-    case 18:  // the same with the cluster along the tokens (W tile multicast)
-      return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _2, _1>, Cooperative, 1>{});
+    // Measured and removed (session 15, b22886c): the overlapped 128 x 128 tile in 2-CTA clusters
+    // along channels or tokens, the shape cuBLASLt picks at M = 2048: 3-12 % slower than the
+    // 128 x 256 default at M = 1024-4096 (bench/results/2026-11-24-h100-s15-fp8-o128c-bench-cuda.md).
     default:
       *found = false;
       return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Fast>{});

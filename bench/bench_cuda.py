@@ -30,8 +30,7 @@ Methods (fp16 activations):
                     mma.sync kernels that serve GPUs other than sm_90 (not in the default list)
   pyquant_fp8_<variant>  pyquant_fp8 under the environment switches of METHOD_ENV (swap, the Hopper
                     tiles of pyquant/_cuda_knobs.py FP8_SM90_TILES, p128all, p64all, p8, p16, rm2,
-                    rn4, dp, sk, split2/4/8,
-                    nondet, sm90min<M>; see
+                    rn4, dp, sk, split2/4/8, nondet, sm90min<M>; see
                     ort_ops/cuda/linear_fp8.h) (not in the default list)
   pyquant_int4_<knob>  the Hopper GEMM's scheduler under PYQUANT_INT4_SM90_* (dp, sk, heur, split2/3/4/8,
                     nondet, sknondet, split2nondet, split4nondet, rm2, rn2; see

@@ -21,6 +21,9 @@ struct Fp8Workspace {
 size_t LinearFp8WorkspaceBytes(const LinearFp8Problem& p);
 // Smallest M sent to the Hopper GEMM (below it the small-M mma.sync kernel streams W once).
 constexpr int64_t kFp8Sm90MinM = 17;
+// Largest M at which the quantizer lets the PDL-launched Hopper GEMM start at once; above it the
+// GEMM waits for the quantizer's late trigger (Fp8Options::gemm_pdl_late) or is not PDL-launched.
+constexpr int64_t kFp8GemmPdlEarlyMaxM = 512;
 
 // Kernel choices of one node, fixed when the kernel is created (CudaFp8Options() reads the
 // environment; tests and benchmarks set it around session creation). Defaults = production.

@@ -631,15 +631,16 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
         sm90::Fp8GemmWorkspaceBytes(a, bf16) <= ws.bytes - off) {
       // The quantizer is launched by the GEMM launcher right before the GEMM kernel (after its
       // workspace memset), so that the GEMM can follow it under PDL (sm90/launch_control.h).
-      // The GEMM under PDL: up to M = 512 the quantizer lets it start at once (1-2 us per layer,
-      // 4096^2 M = 64: 12.7 vs 14.7: …-s6-final / …-s6-pdl-bench-cuda.md). Above, an early start
-      // let the GEMM's CTAs take SMs from the larger quantizer grid (H100, M = 1024: 138.5 vs
-      // 130.1 us without PDL on 4096 x 14336), so there the quantizer triggers it only after its
-      // stores (Fp8Options::gemm_pdl_late: 1-8 % faster than no PDL at M = 1024-4096,
-      // bench/results/2026-11-24-h100-s15-fp8-default-bench-cuda.md).
-      const bool late = opt.gemm_pdl_late && p.m > 512;
+      // The GEMM under PDL: up to M = kFp8GemmPdlEarlyMaxM the quantizer lets it start at once
+      // (1-2 us per layer, 4096^2 M = 64: 12.7 vs 14.7: …-s6-final / …-s6-pdl-bench-cuda.md).
+      // Above, an early start let the GEMM's CTAs take SMs from the larger quantizer grid (H100,
+      // M = 1024: 138.5 vs 130.1 us without PDL on 4096 x 14336), so there the quantizer triggers
+      // it only after its stores (Fp8Options::gemm_pdl_late: 1-8 % faster than no PDL at
+      // M = 1024-4096, bench/results/2026-11-24-h100-s15-fp8-default-bench-cuda.md).
+      const bool early = p.m <= kFp8GemmPdlEarlyMaxM;
+      const bool late = !early && opt.gemm_pdl_late;
       QuantizeLaunch q{&p, xq, s_x, pdl.launch, late};
-      a.launch.pdl = pdl.launch && (p.m <= 512 || opt.gemm_pdl_late);
+      a.launch.pdl = pdl.launch && (early || late);
       a.launch.pre_launch = &QuantizeLaunch::Run<T>;
       a.launch.pre_launch_ctx = &q;
       return sm90::LaunchFp8Gemm(a, bf16, static_cast<char*>(ws.data) + off, ws.bytes - off, stream);

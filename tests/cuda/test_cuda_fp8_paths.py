@@ -105,12 +105,12 @@ def test_fp8_sm90_shapes(rng, dtype, x_scale, with_bias, kn):
 
 # The GEMM launch knob of linear_fp8.h: by default the Hopper GEMM follows the quantizer under PDL
 # at every M (the quantizer's late trigger above M = 512); "upto512": not PDL-launched above 512.
-QUANT_ENVS = [{}, {"PYQUANT_FP8_GEMM_PDL": "upto512"}]
+GEMM_PDL_ENVS = [{}, {"PYQUANT_FP8_GEMM_PDL": "upto512"}]
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("block_size", [0, 128])
-@pytest.mark.parametrize("env", QUANT_ENVS, ids=lambda e: "-".join(e.values()) or "default")
+@pytest.mark.parametrize("env", GEMM_PDL_ENVS, ids=lambda e: "-".join(e.values()) or "default")
 def test_fp8_large_m(rng, dtype, block_size, env):
     """M = 4097: many waves of output tiles (sm90) / of the portable kernel (block scales); 1535 /
     1536 / 2000: either side of the 128x128 -> 128x192 tile switch, partial token tiles; the GEMM

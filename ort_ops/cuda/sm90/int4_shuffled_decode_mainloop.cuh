@@ -4,7 +4,7 @@
 // 8 codes of one k16 step into its 4 wgmma A registers. sm_90a only.
 //
 // Why. Nsight Compute on CUTLASS's mixed-input mainloop (4096 x 4096, M = 64, one node alone:
-// bench/results/2026-11-25-h100-s16-ncu-int4-mid-*.txt) counts about 225 warp instructions per
+// bench/results/2026-11-24-h100-s16-ncu-int4-mid-*.txt) counts about 225 warp instructions per
 // consumer warp and 64-wide k-tile, i.e. ~56 per k16 step, at 0.3-0.4 issued instructions per
 // scheduler cycle: the consumer warpgroups are issue- and latency-bound on the decode, not on
 // the tensor cores or on memory. Its converter is generic: it copies a scale and a zero value
@@ -24,8 +24,9 @@
 // (lane = 4 g + c; warp w of the warpgroup owns rows 16 w .. 16 w + 15 of its 64-row atom.)
 //
 // Pipeline. k-tile t's four k16 steps are issued as 4 wgmma (A from the registers frag[kb],
-// B = X^T from the stage's shared memory). Step kb + 1 is decoded while step kb runs; the next
-// k-tile's step 0 while step 3 runs. Before frag[j] is rewritten, warpgroup_wait<3> guarantees
+// B = X^T from the stage's shared memory). The tile's 4 code words and scales sit in registers,
+// loaded under the previous tile's first wgmma; step kb + 1 is decoded while step kb runs, the
+// next k-tile's step 0 while step 3 runs. Before frag[j] is rewritten, warpgroup_wait<3> guarantees
 // that its previous reader (3 wgmma back) has completed. Tile t's stage goes back to the
 // producer once its last wgmma is complete: after the same wait at tile t + 1's step 2; the
 // last tile's stage in mma_tail (the kernels call mma, then mma_tail, as for CUTLASS's
@@ -148,43 +149,54 @@ struct Int4ShuffledDecodeMainloop : Base {
     const int lane = thread_idx % 32;
     const int row_lo = 64 * warp_group + 16 * ((thread_idx % cutlass::NumThreadsPerWarpGroup) / 32) + lane / 4;
     const int row_hi = row_lo + 8;
-    T2 s_lo, s_hi, z_lo, z_hi;
-    auto load_scales = [&](int stage) {
-      s_lo = Math::Pair(sS(row_lo, 0, stage));
-      s_hi = Math::Pair(sS(row_hi, 0, stage));
-      z_lo = Math::Pair(sZ(row_lo, 0, stage));
-      z_hi = Math::Pair(sZ(row_hi, 0, stage));
+    // A k-tile's inputs in registers: its 4 code words (one per k16 step) and the scale / zero
+    // pairs of the thread's two rows. The next tile's are loaded one step after the current
+    // tile's first wgmma, so that no shared-memory latency sits between two wgmma.
+    struct TileRegs {
+      uint32_t words[4];
+      T2 s_lo, s_hi, z_lo, z_hi;
     };
-    // k16 step kb of `stage` -> the 4 A registers of frag kb.
-    uint32_t* a_regs = reinterpret_cast<uint32_t*>(raw_pointer_cast(tCrA.data()));
     const uint32_t* q_words = reinterpret_cast<const uint32_t*>(raw_pointer_cast(tCrQ.data()));
-    auto decode = [&](int kb, int stage) {
-      copy(copy_a, tCsA(_, _, kb, stage), tCrQ_copy(_, _, kb));
-      const uint32_t word = q_words[tCrQ.layout()(0, 0, kb) / 8];
-      uint32_t* a = a_regs + tCrA.layout()(0, 0, kb) / 2;
-      a[0] = Math::Decode(Int4PairWithBias<Math::kMagic>(word), s_lo, z_lo);
-      a[1] = Math::Decode(Int4PairWithBias<Math::kMagic>(word >> 4), s_hi, z_hi);
-      a[2] = Math::Decode(Int4PairWithBias<Math::kMagic>(word >> 8), s_lo, z_lo);
-      a[3] = Math::Decode(Int4PairWithBias<Math::kMagic>(word >> 12), s_hi, z_hi);
+    auto load_tile = [&](int stage, TileRegs& r) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int kb = 0; kb < 4; ++kb) copy(copy_a, tCsA(_, _, kb, stage), tCrQ_copy(_, _, kb));
+      CUTLASS_PRAGMA_UNROLL
+      for (int kb = 0; kb < 4; ++kb) r.words[kb] = q_words[tCrQ.layout()(0, 0, kb) / 8];
+      r.s_lo = Math::Pair(sS(row_lo, 0, stage));
+      r.s_hi = Math::Pair(sS(row_hi, 0, stage));
+      r.z_lo = Math::Pair(sZ(row_lo, 0, stage));
+      r.z_hi = Math::Pair(sZ(row_hi, 0, stage));
     };
-    auto wait_stage = [&]() {
-      auto token = pipeline.consumer_try_wait(smem_pipe_read);
-      pipeline.consumer_wait(smem_pipe_read, token);
+    // k16 step kb of tile r -> the 4 A registers of frag kb.
+    uint32_t* a_regs = reinterpret_cast<uint32_t*>(raw_pointer_cast(tCrA.data()));
+    auto decode = [&](int kb, const TileRegs& r) {
+      const uint32_t word = r.words[kb];
+      uint32_t* a = a_regs + tCrA.layout()(0, 0, kb) / 2;
+      a[0] = Math::Decode(Int4PairWithBias<Math::kMagic>(word), r.s_lo, r.z_lo);
+      a[1] = Math::Decode(Int4PairWithBias<Math::kMagic>(word >> 4), r.s_hi, r.z_hi);
+      a[2] = Math::Decode(Int4PairWithBias<Math::kMagic>(word >> 8), r.s_lo, r.z_lo);
+      a[3] = Math::Decode(Int4PairWithBias<Math::kMagic>(word >> 12), r.s_hi, r.z_hi);
+    };
+    auto wait_stage = [&](PipelineState state) {
+      auto token = pipeline.consumer_try_wait(state);
+      pipeline.consumer_wait(state, token);
     };
 
     PipelineState smem_pipe_release = smem_pipe_read;
     tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
     warpgroup_fence_operand(accum);
 
-    wait_stage();
-    load_scales(smem_pipe_read.index());
-    decode(0, smem_pipe_read.index());
+    TileRegs cur, nxt;
+    wait_stage(smem_pipe_read);
+    load_tile(smem_pipe_read.index(), cur);
+    decode(0, cur);
 
     // One k-tile: its 4 wgmma, the decode of the next step under each. kFirst: no earlier
-    // tile's stage to return; kNext: a next tile exists (its step 0 is decoded under step 3).
-    // The first and last tiles are separate copies of the body, so that no branch sits between
-    // a wgmma and the decode of the registers a later one reads: with that branch ptxas copied
-    // the fragment registers at the merge and serialized every wgmma (C7513).
+    // tile's stage to return; kNext: a next tile exists (its inputs are loaded under step 1,
+    // its step 0 decoded under step 3). The first and last tiles are separate copies of the
+    // body, so that no branch sits between a wgmma and the decode of the registers a later one
+    // reads: with that branch ptxas copied the fragment registers at the merge and serialized
+    // every wgmma (C7513).
     auto k_tile_body = [&](auto first, auto next) {
       constexpr bool kFirst = decltype(first)::value, kNext = decltype(next)::value;
       const int stage = smem_pipe_read.index();
@@ -194,6 +206,14 @@ struct Int4ShuffledDecodeMainloop : Base {
         cute::gemm(tiled_mma, tCrA(_, _, kb), tCrB(_, _, kb, stage), accum);
         tiled_mma.accumulate_ = GMMA::ScaleOut::One;
         warpgroup_commit_batch();
+        if constexpr (kNext) {
+          if (kb == 0) {
+            PipelineState next_read = smem_pipe_read;
+            ++next_read;
+            wait_stage(next_read);
+            load_tile(next_read.index(), nxt);
+          }
+        }
         if (kb < 3) {
           warpgroup_wait<3>();  // frag kb + 1's previous reader is complete
           // At kb == 2 that reader was the previous tile's last wgmma: its stage can go back.
@@ -201,14 +221,13 @@ struct Int4ShuffledDecodeMainloop : Base {
             pipeline.consumer_release(smem_pipe_release);
             ++smem_pipe_release;
           }
-          decode(kb + 1, stage);
+          decode(kb + 1, cur);
         } else {
           ++smem_pipe_read;
           if constexpr (kNext) {
-            wait_stage();
-            load_scales(smem_pipe_read.index());
             warpgroup_wait<3>();  // frag 0's reader (this tile's first wgmma) is complete
-            decode(0, smem_pipe_read.index());
+            decode(0, nxt);
+            cur = nxt;
           }
         }
       }

@@ -38,8 +38,6 @@ Methods (fp16 activations):
   pyquant_int4_shuf  the Hopper GEMM on the shuffled weight copy (as PYQUANT_INT4_SHUFFLED_COPY=1:
                     ort_ops/cuda/sm90/int4_gemm_sm90_shuffled.cu) (not in the default list; since
                     the in-place shuffle is the default, the same as pyquant_int4 on shapes it tiles)
-  pyquant_int4_shufcutlass  the same order with CUTLASS's mixed-input mainloop instead of the short
-                    decode path (int4_shuffled_decode_mainloop.cuh) (not in the default list)
   pyquant_int4_plain  B read row-major as stored (PYQUANT_INT4_SHUFFLE=0: no in-place rewrite, the
                     Hopper default before 2026-11-24) (not in the default list)
   pyquant_int4_all  B rewritten in the shuffled order on every layer it tiles (PYQUANT_INT4_SHUFFLE=all;
@@ -147,7 +145,7 @@ METHOD_ENV = {
     "pyquant_int4_sm90all": {"PYQUANT_INT4_SM90_MIN_M": "1"},
     **{
         f"pyquant_int4_{t}": {"PYQUANT_INT4_SM90_TILE": t}
-        for t in ("c1", "c2m", "k128", "p128", "p256", "p64", "shuf", "shufcutlass")
+        for t in ("c1", "c2m", "k128", "p128", "p256", "p64", "shuf")
     },
     # the default again under another name: an A/A control of the timing noise between methods
     "pyquant_int4_again": {},

@@ -11,7 +11,6 @@
 #include <unordered_map>
 
 #include "cuda/cuda_check.h"
-#include "cuda/sm90/int4_gemm_sm90.h"
 #include "cuda/env_knobs.h"
 #include "cuda/matmul_int4.h"
 #include "cuda/register_cuda.h"
@@ -281,16 +280,13 @@ int CudaInt4MidVariant() {
 }
 
 int CudaInt4Sm90Tile() {
-  return EnvChoice("PYQUANT_INT4_SM90_TILE",
-                   {"auto", "c1", "c2m", "k128", "p128", "p256", "p64", "shuf", "shufcutlass"}, 0);
+  return EnvChoice("PYQUANT_INT4_SM90_TILE", {"auto", "c1", "c2m", "k128", "p128", "p256", "p64", "shuf"}, 0);
 }
 
 Int4Sm90Prepared CudaInt4Sm90Knobs(Int4Sm90Prepared base) {
   base.tile_variant = CudaInt4Sm90Tile();
-  // The shuffled weight copy: opt-in (it doubles the node's weight memory), or variants 7 / 8
-  // (sm90::kInt4VariantShuffledCutlassDecode) where B is not shuffled in place.
-  base.shuffled_copy = EnvInt("PYQUANT_INT4_SHUFFLED_COPY", 0) != 0 || base.tile_variant == 7 ||
-                       base.tile_variant == sm90::kInt4VariantShuffledCutlassDecode;
+  // The shuffled weight copy: opt-in (it doubles the node's weight memory), or variant 7.
+  base.shuffled_copy = EnvInt("PYQUANT_INT4_SHUFFLED_COPY", 0) != 0 || base.tile_variant == 7;
   if (base.tile_variant == 7) base.tile_variant = 0;
   base.sched = ReadSm90SchedulerTuning("PYQUANT_INT4_SM90", &base.decomposition_auto);
   return base;

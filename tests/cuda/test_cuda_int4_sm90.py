@@ -210,13 +210,7 @@ def test_int4_sm90_deterministic_knobs(rng, knob):
 
 
 @pytest.mark.parametrize(
-    "env",
-    [
-        {"PYQUANT_INT4_SHUFFLED_COPY": "1"},
-        {"PYQUANT_INT4_SM90_TILE": "shuf"},
-        {"PYQUANT_INT4_SM90_TILE": "shufcutlass"},
-    ],
-    ids=["copy", "shuf", "shufcutlass"],
+    "env", [{"PYQUANT_INT4_SHUFFLED_COPY": "1"}, {"PYQUANT_INT4_SM90_TILE": "shuf"}], ids=["copy", "shuf"]
 )
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("bs", [64, 128])
@@ -224,8 +218,7 @@ def test_int4_sm90_deterministic_knobs(rng, knob):
 @pytest.mark.parametrize("kn", [(4096, 512), (1024, 6656), (2000, 264)])
 def test_int4_sm90_shuffled_copy(rng, env, dtype, bs, symmetric, kn):
     """The shuffled weight copy (PYQUANT_INT4_SHUFFLED_COPY=1 / variant "shuf",
-    int4_gemm_sm90_shuffled.cu; "shufcutlass": the same order through CUTLASS's mainloop instead
-    of the short decode path, fp16): its nibble order (Int4ShuffleAtom) must reproduce every weight,
+    int4_gemm_sm90_shuffled.cu): its nibble order (Int4ShuffleAtom) must reproduce every weight,
     at the default tiles of every M range (Narrow 17 / 64, Wide 100, Mid ping-pong 300 on
     N = 6656, Huge 513 / 1024); shapes the copy does not tile (N % 128, K % 64) keep reading B in
     place, and M = 1 / 5 the small-M kernels on B: all must be right."""

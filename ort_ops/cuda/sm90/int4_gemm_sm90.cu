@@ -59,9 +59,9 @@ auto WithType(bool bf16, const Int4GemmArgs& a, F&& f) {
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // A benchmark variant (int4_gemm_sm90_variants.cu) serves fp16 at every M when selected and it
-// can implement the problem (variant 8 on the shuffled order, the others on B as stored).
+// can implement the problem.
 bool UseVariant(const Int4GemmArgs& a, bool bf16) {
-  return a.variant != 0 && !bf16 && Int4GemmVariantSupported(a);
+  return a.variant != 0 && a.b_shuffled == nullptr && !bf16 && Int4GemmVariantSupported(a);
 }
 
 // The default tiles on the shuffled weight copy, when the op made one and it covers the problem.
@@ -76,21 +76,21 @@ bool Int4GemmSupported(const Int4GemmArgs& a, bool bf16) {
   const bool ok = block_ok && a.m > 0 && a.n > 0 && a.k > 0 && a.k % 32 == 0 && a.n % 8 == 0 &&
                   a.row_bytes % 16 == 0 && Aligned16(a.x) && Aligned16(a.b) && Aligned16(a.y) &&
                   Aligned16(a.scales_t) && Aligned16(a.zeros_t) && (a.bias == nullptr || Aligned16(a.bias));
-  return ok && (UseVariant(a, bf16) || UseShuffled(a, bf16) ||
+  return ok && (UseShuffled(a, bf16) || UseVariant(a, bf16) ||
                 WithType(bf16, a, [&](auto g) { return decltype(g)::CanImplement(a); }));
 }
 
 size_t Int4GemmWorkspaceBytes(const Int4GemmArgs& a, bool bf16) {
-  if (UseVariant(a, bf16)) return Int4GemmVariantWorkspaceBytes(a);
   if (UseShuffled(a, bf16)) return Int4GemmShuffledWorkspaceBytes(a, bf16);
+  if (UseVariant(a, bf16)) return Int4GemmVariantWorkspaceBytes(a);
   return WithType(bf16, a, [&](auto g) { return decltype(g)::WorkspaceBytes(a); });
 }
 
 cudaError_t LaunchInt4Gemm(const Int4GemmArgs& a, bool bf16, void* workspace, size_t workspace_bytes,
                            cudaStream_t stream) {
   if (!Int4GemmSupported(a, bf16)) return cudaErrorNotSupported;
-  if (UseVariant(a, bf16)) return LaunchInt4GemmVariant(a, workspace, workspace_bytes, stream);
   if (UseShuffled(a, bf16)) return LaunchInt4GemmShuffled(a, bf16, workspace, workspace_bytes, stream);
+  if (UseVariant(a, bf16)) return LaunchInt4GemmVariant(a, workspace, workspace_bytes, stream);
   return WithType(bf16, a, [&](auto g) { return decltype(g)::Run(a, workspace, workspace_bytes, stream); });
 }
 

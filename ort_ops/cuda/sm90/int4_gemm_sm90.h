@@ -77,8 +77,6 @@ bool Int4GemmShuffledSupported(const Int4GemmArgs& a, bool bf16);
 size_t Int4GemmShuffledWorkspaceBytes(const Int4GemmArgs& a, bool bf16);
 cudaError_t LaunchInt4GemmShuffled(const Int4GemmArgs& a, bool bf16, void* ws, size_t ws_bytes, cudaStream_t stream);
 
-// Variant 8 ("shufcutlass"): the shuffled order with CUTLASS's mixed-input mainloop (benchmarks).
-constexpr int kInt4VariantShuffledCutlassDecode = 8;
 // The variants' entry points (int4_gemm_sm90_variants.cu); callers use the three above.
 bool Int4GemmVariantSupported(const Int4GemmArgs& a);
 size_t Int4GemmVariantWorkspaceBytes(const Int4GemmArgs& a);

@@ -11,7 +11,6 @@
 #include "cuda/device_info.h"
 #include "cuda/sm90/cutlass_gemm_common.h"
 #include "cuda/sm90/int4_gemm_sm90.h"
-#include "cuda/sm90/int4_shuffled_decode_mainloop.cuh"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -56,17 +55,23 @@ CUTE_HOST_DEVICE Int4ShuffledLayout MakeInt4ShuffledLayout(int n, int k) {
 // (A third format, signed codes q - 8 with the scale alone for symmetric weights, measured no
 // faster than kShuffled on the H100: bench/results/2026-11-23-h100-s8-int4-shuf-bench-cuda.md,
 // "sshuf"; removed.)
+// (Also measured and removed, session 16 (code: git show 2dd8bcf): our own consumer mainloop on
+// kShuffled, one 32-bit shared-memory load + 3 shifts + 4 lop3 + 8 half2 ops per k16 step with
+// scales / zeros read once per k-tile and the next tile's words prefetched into registers. Even
+// with CUTLASS's mainloop within +-4 % at M = 64 ... 4096 on all four benchmark layers
+// (bench/results/2026-11-24-h100-s16-decode2-bench-cuda.md) and the same instruction count:
+// CUTLASS's converters on this order are already that lean (17.9 M warp instructions at M = 256,
+// 14336 x 4096, against 24.1 M on the row-major B: …-s16-ncu-int4-decode-*-m256-14336x4096.txt).
+// What limits the mixed-input GEMM at M = 64 ... 256 is latency with 8 consumer warps per SM,
+// not the decode's instruction count.)
 enum class Int4WeightFormat { kPacked, kShuffled };
 
 // Schedule: cooperative (default) or ping-pong; what follows from it: cutlass_gemm_common.h. In the
 // ping-pong kernel one warpgroup decodes int4 while the other's wgmmas run.
-// kCutlassDecode: on the shuffled order, CUTLASS's own mainloop instead of the short decode path
-// (int4_shuffled_decode_mainloop.cuh), which cooperative kernels on that order use by default.
 template <typename Element, typename TileShape, typename ClusterShape_ = cute::Shape<cute::_1, cute::_1, cute::_1>,
           typename Schedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-          Int4WeightFormat kFormat = Int4WeightFormat::kPacked, bool kCutlassDecode = false>
-struct Int4Gemm
-    : GemmRunner<Int4Gemm<Element, TileShape, ClusterShape_, Schedule, kFormat, kCutlassDecode>, Int4GemmArgs> {
+          Int4WeightFormat kFormat = Int4WeightFormat::kPacked>
+struct Int4Gemm : GemmRunner<Int4Gemm<Element, TileShape, ClusterShape_, Schedule, kFormat>, Int4GemmArgs> {
   static constexpr bool kShuffledB = kFormat == Int4WeightFormat::kShuffled;
   using ElementQ = cutlass::uint4b_t;  // codes 0..15; the zero point comes in through zeros_t
   using ElementAcc = float;
@@ -89,14 +94,11 @@ struct Int4Gemm
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, float, void, LayoutD, kAlignD, Element, LayoutD,
       kAlignD, EpilogueSchedule, Fusion>::CollectiveOp;
 
-  using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cute::tuple<ElementQ, Element, Element>, LayoutA, kAlignA,
       Element, LayoutB, kAlignB, ElementAcc, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       Schedule>::CollectiveOp;
-  static constexpr bool kShortDecode = kShuffledB && !kPingpong && !kCutlassDecode;
-  using Mainloop =
-      std::conditional_t<kShortDecode, Int4ShuffledDecodeMainloop<BuiltMainloop, Element>, BuiltMainloop>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, TileScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
@@ -144,7 +146,7 @@ struct Int4Gemm
 // with the chosen Int4Gemm<Element, Tile, Cluster, Schedule, kFormat>.
 constexpr int kNarrowMaxM = 64;
 constexpr int kWideMaxM = 512;
-template <typename Element, Int4WeightFormat kFormat, bool kCutlassDecode = false, typename F>
+template <typename Element, Int4WeightFormat kFormat, typename F>
 auto WithDefaultTiles(const Int4GemmArgs& a, F&& f) {
   using NarrowTile = Shape<_128, _64, _64>;
   using WideTile = Shape<_128, _128, _64>;
@@ -152,16 +154,16 @@ auto WithDefaultTiles(const Int4GemmArgs& a, F&& f) {
   using HugeCluster = Shape<_2, _1, _1>;
   using MidTile = Shape<_64, _256, _64>;  // ping-pong
   using Cooperative = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-  if (a.m <= kNarrowMaxM) return f(Int4Gemm<Element, NarrowTile, NoCluster, Cooperative, kFormat, kCutlassDecode>{});
+  if (a.m <= kNarrowMaxM) return f(Int4Gemm<Element, NarrowTile, NoCluster, Cooperative, kFormat>{});
   if (a.m <= kWideMaxM) {
     // 64 x 256 ping-pong tiles where they fill the GPU and pad no more than Wide does.
     const int64_t mid_tiles = int64_t((a.n + 63) / 64) * ((a.m + 255) / 256);
     if (a.m > 128 && 4 * mid_tiles >= 3 * int64_t(CudaSmCount(a.device))) {
       return f(Int4Gemm<Element, MidTile, NoCluster, Pingpong, kFormat>{});
     }
-    return f(Int4Gemm<Element, WideTile, NoCluster, Cooperative, kFormat, kCutlassDecode>{});
+    return f(Int4Gemm<Element, WideTile, NoCluster, Cooperative, kFormat>{});
   }
-  return f(Int4Gemm<Element, HugeTile, HugeCluster, Cooperative, kFormat, kCutlassDecode>{});
+  return f(Int4Gemm<Element, HugeTile, HugeCluster, Cooperative, kFormat>{});
 }
 
 }  // namespace detail

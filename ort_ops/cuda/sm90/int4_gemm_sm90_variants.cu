@@ -20,9 +20,6 @@
 //   6 "p64":  64x64x64 ping-pong (M <= 64: twice the channel tiles of the Narrow default)
 //   7 "shuf": the default tiles on the shuffled weight copy (the op makes the copy for it, as for
 //             PYQUANT_INT4_SHUFFLED_COPY=1; int4_gemm_sm90_shuffled.cu), fp16 and bf16
-//   8 "shufcutlass": the default tiles on the shuffled order (in place, or the copy the op then
-//             makes) with CUTLASS's mixed-input mainloop instead of the short decode path
-//             (int4_shuffled_decode_mainloop.cuh): the comparison for that path
 #include "cuda/sm90/int4_gemm_sm90_kernel.cuh"
 
 namespace pyquant {
@@ -37,12 +34,8 @@ using detail::NoCluster;
 using detail::Pingpong;
 
 template <typename F>
-auto WithVariant(const Int4GemmArgs& a, bool* found, F&& f) {
+auto WithVariant(int variant, bool* found, F&& f) {
   *found = true;
-  const int variant = a.variant;
-  if (variant == kInt4VariantShuffledCutlassDecode) {
-    return detail::WithDefaultTiles<H, detail::Int4WeightFormat::kShuffled, /*kCutlassDecode=*/true>(a, f);
-  }
   switch (variant) {
     case 1:
       return f(Int4Gemm<H, Shape<_128, _256, _64>, Shape<_1, _1, _1>>{});
@@ -65,24 +58,21 @@ auto WithVariant(const Int4GemmArgs& a, bool* found, F&& f) {
 }  // namespace
 
 bool Int4GemmVariantSupported(const Int4GemmArgs& a) {
-  // Variant 8 reads the shuffled order, the others B as stored.
-  if ((a.variant == kInt4VariantShuffledCutlassDecode) != (a.b_shuffled != nullptr)) return false;
-  if (a.b_shuffled != nullptr && Int4ShuffledBytes(a.n, a.k) == 0) return false;
   bool found = false;
-  const bool ok = WithVariant(a, &found, [&](auto g) { return decltype(g)::CanImplement(a); });
+  const bool ok = WithVariant(a.variant, &found, [&](auto g) { return decltype(g)::CanImplement(a); });
   return found && ok;
 }
 
 size_t Int4GemmVariantWorkspaceBytes(const Int4GemmArgs& a) {
   bool found = false;
-  return WithVariant(a, &found, [&](auto g) { return decltype(g)::WorkspaceBytes(a); });
+  return WithVariant(a.variant, &found, [&](auto g) { return decltype(g)::WorkspaceBytes(a); });
 }
 
 cudaError_t LaunchInt4GemmVariant(const Int4GemmArgs& a, void* ws, size_t ws_bytes, cudaStream_t stream) {
   bool found = false;
-  const bool ok = WithVariant(a, &found, [&](auto g) { return decltype(g)::CanImplement(a); });
+  const bool ok = WithVariant(a.variant, &found, [&](auto g) { return decltype(g)::CanImplement(a); });
   if (!found || !ok) return cudaErrorNotSupported;
-  return WithVariant(a, &found, [&](auto g) { return decltype(g)::Run(a, ws, ws_bytes, stream); });
+  return WithVariant(a.variant, &found, [&](auto g) { return decltype(g)::Run(a, ws, ws_bytes, stream); });
 }
 
 }  // namespace sm90

@@ -59,9 +59,9 @@ CUTE_HOST_DEVICE Int4ShuffledLayout MakeInt4ShuffledLayout(int n, int k) {
 // kShuffled, one 32-bit shared-memory load + 3 shifts + 4 lop3 + 8 half2 ops per k16 step with
 // scales / zeros read once per k-tile and the next tile's words prefetched into registers. Even
 // with CUTLASS's mainloop within +-4 % at M = 64 ... 4096 on all four benchmark layers
-// (bench/results/2026-11-24-h100-s16-decode2-bench-cuda.md) and the same instruction count:
-// CUTLASS's converters on this order are already that lean (17.9 M warp instructions at M = 256,
-// 14336 x 4096, against 24.1 M on the row-major B: …-s16-ncu-int4-decode-*-m256-14336x4096.txt).
+// (bench/results/2026-11-24-h100-s16-decode2-bench-cuda.md): CUTLASS's converters on this order
+// are already that lean (M = 256, 14336 x 4096: 17.9 M warp instructions, 18.6 M for our first
+// version, 24.1 M on the row-major B: …-s16-ncu-int4-decode-*-m256-14336x4096.txt).
 // What limits the mixed-input GEMM at M = 64 ... 256 is latency with 8 consumer warps per SM,
 // not the decode's instruction count.)
 enum class Int4WeightFormat { kPacked, kShuffled };

@@ -20,8 +20,9 @@ constexpr int64_t kFp8GemvMaxM = 4;
 // 27.9 / 31.9 us, …-s4-pdl-variants-bench-cuda.md).
 constexpr int64_t kFp8GemvAutoMaxM = 2;
 // Variants (rows per CTA, threads per CTA): 0: (4, 128), 1: (2, 128), 2: (8, 128), 3: (4, 256);
-// 4: (4, 128) loading the next piece only where there is one (no clamped re-read at the end).
-constexpr int kFp8GemvFusedVariants = 5;
+// 4: (4, 128) loading the next piece only where there is one (no clamped re-read at the end);
+// 5: (4, 128) with two pieces per row in flight (kAhead2).
+constexpr int kFp8GemvFusedVariants = 6;
 // The variant PYQUANT_FP8_GEMV=auto runs at M (<= kFp8GemvAutoMaxM).
 constexpr int Fp8GemvAutoVariant(int64_t m) { return m == 2 ? 2 : 0; }
 

@@ -181,7 +181,7 @@ METHOD_ENV = {
     # scheduler knobs; sm90min<M>: the GEMM from M on (the portable kernels below it).
     "pyquant_fp8_swap": {"PYQUANT_FP8_GEMV": "swap"},
     "pyquant_fp8_mma": {"PYQUANT_FP8_GEMV": "mma"},
-    **{f"pyquant_fp8_fused{i}": {"PYQUANT_FP8_GEMV": "fused" if i == 0 else f"fused{i}"} for i in range(6)},
+    **{f"pyquant_fp8_fused{i}": {"PYQUANT_FP8_GEMV": "fused" if i == 0 else f"fused{i}"} for i in range(5)},
     **{f"pyquant_fp8_{t}": {"PYQUANT_FP8_SM90_TILE": t} for t in FP8_SM90_TILES},
     **{
         f"pyquant_fp8_{t}all": {"PYQUANT_FP8_SM90_TILE": t, "PYQUANT_FP8_SM90_MIN_M": "1"}

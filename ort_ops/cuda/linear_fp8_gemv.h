@@ -20,9 +20,12 @@ constexpr int64_t kFp8GemvMaxM = 4;
 // 27.9 / 31.9 us, …-s4-pdl-variants-bench-cuda.md).
 constexpr int64_t kFp8GemvAutoMaxM = 2;
 // Variants (rows per CTA, threads per CTA): 0: (4, 128), 1: (2, 128), 2: (8, 128), 3: (4, 256);
-// 4: (4, 128) loading the next piece only where there is one (no clamped re-read at the end);
-// 5: (4, 128) with two pieces per row in flight (kAhead2).
-constexpr int kFp8GemvFusedVariants = 6;
+// 4: (4, 128) loading the next piece only where there is one (no clamped re-read at the end).
+// (Measured and removed, session 16, code: git show f874797: (4, 128) with two pieces per row
+// in flight, both loaded before the amax pass. Slower at M = 1 / 2 on three layers, e.g.
+// 14336 x 4096 M = 1 26.5 against 23.5 us, 4096^2 8.5 against 7.7; even on 4096 x 14336
+// (21.6 / 21.7): bench/results/2026-11-24-h100-s16-fp8ahead-bench-cuda.md.)
+constexpr int kFp8GemvFusedVariants = 5;
 // The variant PYQUANT_FP8_GEMV=auto runs at M (<= kFp8GemvAutoMaxM).
 constexpr int Fp8GemvAutoVariant(int64_t m) { return m == 2 ? 2 : 0; }
 

@@ -72,9 +72,7 @@ __device__ __forceinline__ void QuantX16(const uint4& a, const uint4& b, float i
 //   the previous grid completes (PDL, cuda/pdl.h).
 //   kExact: the next piece is loaded only where there is one (else a clamped index re-reads the
 //   last piece: fewer registers, but at K = 4096 every warp ends on an L2 round trip).
-//   kAhead2: two pieces per row in flight instead of one (both before the amax pass): twice the
-//   weight bytes a thread has in flight, and at K = 4096 all of its weights before the wait.
-template <typename T, int kM, int kR, int kThreads, bool kBlockScale, bool kExact, bool kAhead2 = false>
+template <typename T, int kM, int kR, int kThreads, bool kBlockScale, bool kExact>
 __global__ void __launch_bounds__(kThreads)
     fp8_gemv_fused_kernel(const T* __restrict__ x, int static_scale, float x_scale, const uint8_t* __restrict__ w,
                           const float* __restrict__ w_scale, const T* __restrict__ bias, T* __restrict__ y, int n,
@@ -91,17 +89,11 @@ __global__ void __launch_bounds__(kThreads)
   // while the previous grid drains; X is read only after it has completed.
   PdlAllowDependents();
   if (!weights_early) PdlWaitPrimary();
-  uint4 cur[kR], ahead[kAhead2 ? kR : 1];
+  uint4 cur[kR];
   int c = threadIdx.x;
   if (!kExact || c < pieces) {
 #pragma unroll
     for (int r = 0; r < kR; ++r) cur[r] = LoadStream16(w + int64_t(rows[r]) * k + 16 * min(c, pieces - 1));
-  }
-  if constexpr (kAhead2) {  // the piece after cur (clamped: unconditional)
-#pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      ahead[r] = LoadStream16(w + int64_t(rows[r]) * k + 16 * min(c + kThreads, pieces - 1));
-    }
   }
   if (weights_early) PdlWaitPrimary();
 
@@ -142,19 +134,10 @@ __global__ void __launch_bounds__(kThreads)
 
   for (; c < pieces; c += kThreads) {
     uint4 nxt[kR];
-    if constexpr (kAhead2) {  // nxt = the piece loaded last iteration; ahead = the one after it
-      const int ca = min(c + 2 * kThreads, pieces - 1);
+    const int cn = kExact ? c + kThreads : min(c + kThreads, pieces - 1);
+    if (!kExact || cn < pieces) {
 #pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        nxt[r] = ahead[r];
-        ahead[r] = LoadStream16(w + int64_t(rows[r]) * k + 16 * ca);
-      }
-    } else {
-      const int cn = kExact ? c + kThreads : min(c + kThreads, pieces - 1);
-      if (!kExact || cn < pieces) {
-#pragma unroll
-        for (int r = 0; r < kR; ++r) nxt[r] = LoadStream16(w + int64_t(rows[r]) * k + 16 * cn);
-      }
+      for (int r = 0; r < kR; ++r) nxt[r] = LoadStream16(w + int64_t(rows[r]) * k + 16 * cn);
     }
     float xq[kM][16];
 #pragma unroll
@@ -195,7 +178,7 @@ __global__ void __launch_bounds__(kThreads)
 
 namespace {
 
-template <typename T, int kR, int kThreads, bool kBlock, bool kExact, bool kAhead2>
+template <typename T, int kR, int kThreads, bool kBlock, bool kExact>
 void LaunchFused(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.n + kR - 1) / kR));
   const T* x = static_cast<const T*>(p.x);
@@ -203,21 +186,21 @@ void LaunchFused(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cudaStream
   T* y = static_cast<T*>(p.y);
   const int st = p.static_scale ? 1 : 0, n = static_cast<int>(p.n), k = static_cast<int>(p.k);
   const int nsb = static_cast<int>(p.n_scale_blocks);
-  auto kernel = fp8_gemv_fused_kernel<T, 4, kR, kThreads, kBlock, kExact, kAhead2>;
-  if (p.m == 1) kernel = fp8_gemv_fused_kernel<T, 1, kR, kThreads, kBlock, kExact, kAhead2>;
-  if (p.m == 2) kernel = fp8_gemv_fused_kernel<T, 2, kR, kThreads, kBlock, kExact, kAhead2>;
-  if (p.m == 3) kernel = fp8_gemv_fused_kernel<T, 3, kR, kThreads, kBlock, kExact, kAhead2>;
+  auto kernel = fp8_gemv_fused_kernel<T, 4, kR, kThreads, kBlock, kExact>;
+  if (p.m == 1) kernel = fp8_gemv_fused_kernel<T, 1, kR, kThreads, kBlock, kExact>;
+  if (p.m == 2) kernel = fp8_gemv_fused_kernel<T, 2, kR, kThreads, kBlock, kExact>;
+  if (p.m == 3) kernel = fp8_gemv_fused_kernel<T, 3, kR, kThreads, kBlock, kExact>;
   // Launch errors are left for the caller's cudaGetLastError().
   (void)LaunchWithPdl(kernel, grid, dim3(kThreads), stream, pdl.launch, x, st, p.x_scale, p.w, p.w_scale, bias, y, n,
                       k, bs_log2, nsb, pdl.weights_early);
 }
 
-template <typename T, int kR, int kThreads, bool kExact = false, bool kAhead2 = false>
+template <typename T, int kR, int kThreads, bool kExact = false>
 void LaunchFusedScales(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cudaStream_t stream) {
   if (p.block_size != 0) {
-    LaunchFused<T, kR, kThreads, true, kExact, kAhead2>(p, bs_log2, pdl, stream);
+    LaunchFused<T, kR, kThreads, true, kExact>(p, bs_log2, pdl, stream);
   } else {
-    LaunchFused<T, kR, kThreads, false, kExact, kAhead2>(p, bs_log2, pdl, stream);
+    LaunchFused<T, kR, kThreads, false, kExact>(p, bs_log2, pdl, stream);
   }
 }
 
@@ -244,9 +227,6 @@ cudaError_t LaunchFp8GemvFused(const LinearFp8Problem& p, int variant, PdlMode p
       break;
     case 4:
       LaunchFusedScales<T, 4, 128, true>(p, bs_log2, pdl, stream);
-      break;
-    case 5:
-      LaunchFusedScales<T, 4, 128, false, true>(p, bs_log2, pdl, stream);
       break;
     default:
       LaunchFusedScales<T, 4, 128>(p, bs_log2, pdl, stream);

@@ -1,6 +1,8 @@
 """One MatMulInt4 and one LinearFp8 node at M = 1 (4096 x 4096, fp16), run a few times: the
 target of bench/device/ncu.sh and ncu_int4.sh (Nsight Compute). PROFILE_SHAPE (K x N),
-PROFILE_M and PROFILE_METHODS (bench_cuda.py methods) change what runs."""
+PROFILE_M and PROFILE_METHODS (bench_cuda.py methods) change what runs. PROFILE_RANGE=1 wraps
+only the last run of each session in cudaProfilerStart / Stop (for `ncu --profile-from-start off`:
+the warm-up runs and the node's one-time weight preparation stay out of the profile)."""
 
 import os
 import sys
@@ -9,6 +11,7 @@ import numpy as np
 
 sys.path.insert(0, ".")
 import onnxruntime as ort  # noqa: E402
+import torch  # noqa: E402  (cudaProfilerStart / Stop for PROFILE_RANGE)
 
 from bench.bench_cuda import build_model  # noqa: E402
 from pyquant.ort import session_options  # noqa: E402
@@ -22,6 +25,14 @@ for method in os.environ.get("PROFILE_METHODS", "pyquant_int4,pyquant_fp8").spli
         providers=["CUDAExecutionProvider"],
     )
     x = (rng.standard_normal((int(os.environ.get("PROFILE_M", "1")), k)) * 0.5).astype(np.float16)
-    for _ in range(4):
+    profile_range = os.environ.get("PROFILE_RANGE") == "1"
+    for i in range(4):
+        last = profile_range and i == 3
+        if last:
+            torch.cuda.synchronize()
+            torch.cuda.cudart().cudaProfilerStart()
         sess.run(None, {"X": x})
+        if last:
+            torch.cuda.synchronize()
+            torch.cuda.cudart().cudaProfilerStop()
 print("done")

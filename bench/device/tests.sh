@@ -2,6 +2,8 @@
 # Device side: the CUDA op tests (log to $OUT) and compute-sanitizer on a small script.
 # Usage: bash bench/device/tests.sh <device-tag>
 #   PYTEST_SEL: what pytest runs (default tests/cuda), e.g. "tests/cuda/test_cuda_int4_sm90.py -k shuffled"
+#   PYTEST_GROUPS: instead, ";"-separated groups of test files run as parallel pytest processes
+#   SAN_PARALLEL=1: the compute-sanitizer sections run at once (one process each), not in turn
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 tag="${1:-gpu}"
@@ -15,9 +17,25 @@ log="$OUT/${day}-${tag}-cuda-tests.log"
   echo "# python3 -m pytest $sel -q -rs -p no:cacheprovider"
 } > "$log" 2>&1
 # Straight into the log (not through tail): a run stopped by its timeout keeps what it printed.
-PYTHONUNBUFFERED=1 timeout ${PYTEST_TIMEOUT:-300} python3 -m pytest $sel -q -rs -p no:cacheprovider >> "$log" 2>&1
-echo "pytest rc=$?" >> "$log"
-tail -n 15 "$log"
+if [ -z "${PYTEST_GROUPS:-}" ]; then
+  PYTHONUNBUFFERED=1 timeout ${PYTEST_TIMEOUT:-300} python3 -m pytest $sel -q -rs -p no:cacheprovider >> "$log" 2>&1
+  echo "pytest rc=$?" >> "$log"
+else
+  # PYTEST_GROUPS="files A;files B;...": one pytest process per group, all at once on the one GPU
+  # (the tests spend most of their time on the CPU: session creation, numpy references); each
+  # group's output is appended to the log in order after all have finished.
+  IFS=';' read -ra groups <<< "$PYTEST_GROUPS"
+  for i in "${!groups[@]}"; do
+    ( PYTHONUNBUFFERED=1 timeout ${PYTEST_TIMEOUT:-300} python3 -m pytest ${groups[$i]} -q -rs -p no:cacheprovider \
+        > "$log.part$i" 2>&1; echo "pytest rc=$?" >> "$log.part$i" ) &
+  done
+  wait
+  for i in "${!groups[@]}"; do
+    { echo "# group $i: python3 -m pytest ${groups[$i]} -q -rs -p no:cacheprovider"; cat "$log.part$i"; } >> "$log"
+    rm -f "$log.part$i"
+  done
+fi
+grep -E "passed|failed|rc=" "$log" | tail -n 20
 # compute-sanitizer, one smoke section per run (SAN_SECTIONS; the whole smoke took over 200 s under
 # memcheck on an H100 in session 10), each with its own SAN_TIMEOUT, appended to one log per tool.
 if [ "${SANITIZE:-1}" = 1 ]; then
@@ -26,11 +44,18 @@ if [ "${SANITIZE:-1}" = 1 ]; then
     : > "$log_t"
     extra=""; [ "$tool" = racecheck ] && extra="--racecheck-report hazard"
     for section in ${SAN_SECTIONS:-int4 mid shuffled knobs fp8}; do
-      echo "# compute-sanitizer --tool $tool python3 tests/cuda/memcheck_smoke.py --only $section" >> "$log_t"
-      timeout ${SAN_TIMEOUT:-200} compute-sanitizer --tool $tool $extra --print-limit 20 \
-        python3 tests/cuda/memcheck_smoke.py --only "$section" >> "$log_t" 2>&1
-      echo "$tool $section rc=$?" >> "$log_t"
+      one() {
+        echo "# compute-sanitizer --tool $tool python3 tests/cuda/memcheck_smoke.py --only $section"
+        timeout ${SAN_TIMEOUT:-200} compute-sanitizer --tool $tool $extra --print-limit 20 \
+          python3 tests/cuda/memcheck_smoke.py --only "$section" 2>&1
+        echo "$tool $section rc=$?"
+      }
+      if [ "${SAN_PARALLEL:-0}" = 1 ]; then one > "$log_t.$section" & else one >> "$log_t"; fi
     done
+    if [ "${SAN_PARALLEL:-0}" = 1 ]; then
+      wait
+      for section in ${SAN_SECTIONS:-int4 mid shuffled knobs fp8}; do cat "$log_t.$section" >> "$log_t"; rm -f "$log_t.$section"; done
+    fi
     grep -E "rc=|ERROR SUMMARY|RACECHECK SUMMARY|matched" "$log_t" | tail -n 15
   done
 fi

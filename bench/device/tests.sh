@@ -3,7 +3,8 @@
 # Usage: bash bench/device/tests.sh <device-tag>
 #   PYTEST_SEL: what pytest runs (default tests/cuda), e.g. "tests/cuda/test_cuda_int4_sm90.py -k shuffled"
 #   PYTEST_GROUPS: instead, ";"-separated groups of test files run as parallel pytest processes
-#   SAN_PARALLEL=1: the compute-sanitizer sections run at once (one process each), not in turn
+#   SAN_PARALLEL=1: the compute-sanitizer sections run at once (one process each), not in turn;
+#   SAN_TOOLS: the compute-sanitizer tools (default "memcheck racecheck")
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 tag="${1:-gpu}"
@@ -39,7 +40,7 @@ grep -E "passed|failed|rc=" "$log" | tail -n 20
 # compute-sanitizer, one smoke section per run (SAN_SECTIONS; the whole smoke took over 200 s under
 # memcheck on an H100 in session 10), each with its own SAN_TIMEOUT, appended to one log per tool.
 if [ "${SANITIZE:-1}" = 1 ]; then
-  for tool in memcheck racecheck; do
+  for tool in ${SAN_TOOLS:-memcheck racecheck}; do
     log_t="$OUT/${day}-${tag}-${tool}.log"
     : > "$log_t"
     extra=""; [ "$tool" = racecheck ] && extra="--racecheck-report hazard"

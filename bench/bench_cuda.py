@@ -55,7 +55,7 @@ Methods (fp16 activations):
                     default list)
   pyquant_int4_from<M>  the Hopper GEMM from M on (PYQUANT_INT4_SM90_MIN_M) (not in the default list)
   pyquant_int4_again  the default again: an A/A control of the noise between methods (not in the default list)
-  pyquant_int4_mid<v>  the 9 <= M <= 64 mma.sync kernel variant v (PYQUANT_INT4_MID_VARIANT, 0..9),
+  pyquant_int4_mid<v>  the 9 <= M <= 64 mma.sync kernel variant v (PYQUANT_INT4_MID_VARIANT, 0..10),
                     Hopper GEMM from M = 65 (not in the default list)
   pyquant_{int4,fp8}_nopdl / _pdllate  programmatic dependent launch off (PYQUANT_CUDA_PDL=0) / on
                     without early weight loads ("late"): ort_ops/cuda/pdl.h (not in the default list)
@@ -208,7 +208,7 @@ METHOD_ENV = {
             "PYQUANT_INT4_SM90_MIN_M": "65",
             **_PLAIN,
         }  # noqa: E501
-        for i in range(10)
+        for i in range(11)
     },
     # Programmatic dependent launch (ort_ops/cuda/pdl.h) off, or on without early weight loads.
     **{

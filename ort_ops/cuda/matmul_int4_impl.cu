@@ -18,7 +18,8 @@
 //
 // int4_smallm_kernel (M < tiled_min_m, decode / GEMV / small batches): a CTA = NT n8 column
 //   tiles x 16 * MT rows (MT = 1, 2, 4 m16 tiles; padded rows are zero; grid.y covers the rest of
-//   M); the CTA's warps split K (intra-CTA split-K, summed through shared memory), with U chunks
+//   M); the CTA's warps split K (intra-CTA split-K, summed through shared memory; mid variant 10
+//   also splits it over sm_90 clusters of CTAs, for narrow layers), with U chunks
 //   of weights per column tile in flight per thread (in registers). X comes straight from global
 //   memory (L1/L2-resident: every CTA reads the same few rows) and is reused for the NT tiles.
 //   The ring kernel (matmul_int4_ring_impl.cu) is the same mapping with the weights streamed
@@ -108,14 +109,23 @@ using namespace cuda_detail;
 // near 4 bytes per SM cycle (the HBM rate needs ~11), which is the ~24 % of the floor measured
 // at M = 16 before; NT column tiles reuse each X fragment NT times.
 // ---------------------------------------------------------------------------------------------
-template <typename T, int MT, int kWarps, int U, bool kHi, bool kPrefetch, int kMinBlocks, int NT = 1>
+// kS > 1 (sm_90, mid variant 10): clusters of kS CTAs along grid.x split the K range of one
+// output tile (grid.x = tiles * kS; rank = blockIdx.x % kS): worker (warp, rank) takes the
+// chunk groups worker, worker + kWarps * kS, ...; Int4ReduceStore adds the ranks' sums in rank
+// order. For layers whose N (and M) give fewer CTAs than SMs: N = 512 is 16 tiles of 32 columns.
+template <typename T, int MT, int kWarps, int U, bool kHi, bool kPrefetch, int kMinBlocks, int NT = 1, int kS = 1>
 __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     int4_smallm_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
                        const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
                        bool weights_early) {
+  static_assert(kS == 1 || kS == 2 || kS == 4 || kS == 8, "K split (cluster size)");
+  constexpr int kWorkers = kWarps * kS;  // chunk-group workers of one output tile
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gr = lane >> 2, t = lane & 3;
-  const int col0 = blockIdx.x * 8 * NT + gr;  // this thread's B row (column of Y) in tile j: col0 + 8 j
+  const int rank = kS > 1 ? static_cast<int>(blockIdx.x % kS) : 0;
+  const int tile = blockIdx.x / kS;
+  const int worker = warp * kS + rank;
+  const int col0 = tile * 8 * NT + gr;  // this thread's B row (column of Y) in tile j: col0 + 8 j
   const int m0 = blockIdx.y * 16 * MT;
   float acc[MT][NT][4];
 #pragma unroll
@@ -123,12 +133,12 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
 #pragma unroll
     for (int j = 0; j < NT; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
 
-  const int iters = (g.n_chunks + U * kWarps - 1) / (U * kWarps);
+  const int iters = (g.n_chunks + U * kWorkers - 1) / (U * kWorkers);
   auto load_group = [&](int it, WeightFrag<T>(&wf)[U][NT]) {
-    const int c0 = it * U * kWarps + warp;
+    const int c0 = it * U * kWorkers + worker;
 #pragma unroll
     for (int uu = 0; uu < U; ++uu) {
-      const int c = c0 + uu * kWarps;
+      const int c = c0 + uu * kWorkers;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         wf[uu][j] = LoadWeightFrag<T>(b, scales, zp, g, c < g.n_chunks ? col0 + 8 * j : g.n, c * 128 + 32 * t);
@@ -136,10 +146,10 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     }
   };
   auto compute_group = [&](int it, const WeightFrag<T>(&wf)[U][NT]) {
-    const int c0 = it * U * kWarps + warp;
+    const int c0 = it * U * kWorkers + worker;
 #pragma unroll
     for (int uu = 0; uu < U; ++uu) {
-      const int c = c0 + uu * kWarps;
+      const int c = c0 + uu * kWorkers;
       if (c >= g.n_chunks) break;  // warp-uniform
       Int4ChunkMma<T, MT, NT, kHi>(acc, x, g, m0, gr, c * 128 + 32 * t, wf[uu]);
     }
@@ -166,9 +176,11 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     }
   }
 
-  // Sum the warps' partial tiles (shared memory: kWarps * MT * 2 KB) and store.
+  // Sum the warps' partial tiles (shared memory: kWarps * MT * 2 KB) and, with kS > 1, the
+  // cluster's (NT * MT * 2 KB more), and store.
   __shared__ float red[kWarps][MT * 4][32];
-  Int4ReduceStore<T, MT, NT, kWarps>(acc, red, bias, y, g, m0, blockIdx.x * 8 * NT);
+  __shared__ float part[kS > 1 ? NT * MT * 4 * 32 : 1];
+  Int4ReduceStore<T, MT, NT, kWarps, kS>(acc, red, bias, y, g, m0, tile * 8 * NT, part, rank);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -347,11 +359,13 @@ int GemvVariantFor(const MatMulInt4Problem& p, int requested) {
 
 // Launches one int4_smallm_kernel instance on its grid: ceil(N / (8 NT)) x ceil(M / (16 MT))
 // CTAs of 32 kWarps threads (launch errors are left for the caller's cudaGetLastError()).
-template <typename T, int MT, int kWarps, int U, bool kHi, bool kPrefetch, int kMinBlocks, int NT = 1>
+template <typename T, int MT, int kWarps, int U, bool kHi, bool kPrefetch, int kMinBlocks, int NT = 1, int kS = 1>
 void LaunchSmallM(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y, const Int4Geom& g,
                   PdlMode pdl, cudaStream_t stream) {
-  (void)LaunchWithPdl(int4_smallm_kernel<T, MT, kWarps, U, kHi, kPrefetch, kMinBlocks, NT>, SmallMGrid(g, NT, MT),
-                      dim3(32 * kWarps), stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
+  dim3 grid = SmallMGrid(g, NT, MT);
+  grid.x *= kS;  // kS > 1: clusters of kS CTAs per output tile
+  (void)LaunchWithPdlCluster(int4_smallm_kernel<T, MT, kWarps, U, kHi, kPrefetch, kMinBlocks, NT, kS>, grid,
+                             dim3(32 * kWarps), 0, kS, stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
 }
 
 template <typename T>
@@ -397,9 +411,26 @@ void LaunchGemvVariant(int v, const T* x, const uint8_t* b, const T* s, const ui
 //   9: NT 4, 16 warps, U 1, prefetch (MT 2: none; MT 4: NT 1, none): variant 3 with twice the warps per SM (Nsight
 //     Compute on variant 3 at M = 16, 4096 x 4096: 8 warps per SM, 0.44 eligible warps per
 //     scheduler, 19 % of DRAM bandwidth: latency-bound, …-s6-ncu-int4-m16.txt)
+//   10: variant 3 in sm_90 clusters of kS = 2 / 4 / 8 CTAs that split K (MidKSplitFor), for layers
+//     whose N gives fewer CTAs than SMs; kS = 1 (variant 3) elsewhere. Not a default yet: it is
+//     to be measured against the default on narrow layers, which run at 0.46-0.98x torch fp16 at
+//     M = 16 (bench/results/2026-11-24-h100-s17-narrow-bench-cuda.md).
 constexpr int kMidRingFirst = 5;
 constexpr int kMid16Warps = kMidRingFirst + kInt4RingVariants;  // 9
-constexpr int kMidVariants = kMid16Warps + 1;
+constexpr int kMidKSplit = kMid16Warps + 1;                     // 10
+constexpr int kMidVariants = kMidKSplit + 1;
+
+// Cluster size of variant 10: the least kS that gives the SMs a CTA each, while every warp of the
+// cluster keeps at least one 128-wide K chunk; 1 off sm_90 (no clusters in this build's kernels).
+int MidKSplitFor(const Int4Geom& g, int mt, int nt, int warps) {
+  int dev = 0;
+  if (!CurrentDeviceIsSm90(&dev)) return 1;
+  const int64_t ctas = int64_t((g.n + 8 * nt - 1) / (8 * nt)) * ((g.m + 16 * mt - 1) / (16 * mt));
+  const int sms = CudaSmCount(dev);
+  int ks = 1;
+  while (ks < 8 && ctas * ks < sms && g.n_chunks >= 2 * ks * warps) ks *= 2;
+  return ks;
+}
 
 // Default (H100, bench/results/2026-11-22-h100-s6-mid-bench-cuda.md, …-s6-ring-bench-cuda.md,
 // …-s6-mid9-bench-cuda.md): the ring kernel (variant 5) on wide layers with short rows up to
@@ -436,6 +467,21 @@ void LaunchMidVariant(int v, const T* x, const uint8_t* b, const T* s, const uin
       break;
     case 3:
       LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4>(x, b, s, zp, bias, y, g, pdl, stream);
+      break;
+    case kMidKSplit:
+      switch (MidKSplitFor(g, MT, 4, 8)) {
+        case 8:
+          LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4, 8>(x, b, s, zp, bias, y, g, pdl, stream);
+          break;
+        case 4:
+          LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4, 4>(x, b, s, zp, bias, y, g, pdl, stream);
+          break;
+        case 2:
+          LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4, 2>(x, b, s, zp, bias, y, g, pdl, stream);
+          break;
+        default:
+          LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4>(x, b, s, zp, bias, y, g, pdl, stream);
+      }
       break;
     case kMid16Warps:  // <= 128 registers per thread; MT 2 with prefetch spilled more
       LaunchSmallM<T, MT, 16, 1, true, MT == 1, 1, (kBig ? 1 : 4)>(x, b, s, zp, bias, y, g, pdl, stream);

@@ -2,6 +2,7 @@
 // store in T, the tensor-core MMA wrapper, and the in-register int4 -> fp16/bf16 decode.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -331,12 +332,21 @@ __device__ __forceinline__ void Int4ChunkMma(float (&acc)[MT][NT][4], const T* _
 // The small-M kernels' epilogue: sums the kWarps warps' partial tiles acc through red, one column
 // tile at a time (fixed order: deterministic), and stores Y[m0 + row][col_base + 8 j + col] (+ bias)
 // for the rows < M and columns < N. Contains __syncthreads(): every thread of the CTA calls it.
-template <typename T, int MT, int NT, int kWarps>
+// kS > 1 (sm_90 only): the CTA is rank `rank` of a cluster of kS CTAs that split the K range of
+// one output tile. Each CTA's sums go to its shared `part` [NT][MT * 4][32] instead, and rank 0
+// adds the other ranks' in rank order (distributed shared memory: deterministic) and stores.
+template <typename T, int MT, int NT, int kWarps, int kS = 1>
 __device__ __forceinline__ void Int4ReduceStore(const float (&acc)[MT][NT][4], float (&red)[kWarps][MT * 4][32],
                                                 const T* __restrict__ bias, T* __restrict__ y, const Int4Geom& g,
-                                                int m0, int col_base) {
+                                                int m0, int col_base, float* part = nullptr, int rank = 0) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gr = lane >> 2, t = lane & 3;
+  auto store = [&](int j, int e, float v) {
+    const int i = e >> 2, r = e & 3;
+    const int row = m0 + 16 * i + gr + (r >= 2 ? 8 : 0);
+    const int c = col_base + 8 * j + 2 * t + (r & 1);
+    if (row < g.m && c < g.n) y[int64_t(row) * g.n + c] = StoreT<T>(bias ? v + LoadF(bias, c) : v);
+  };
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     if (j > 0) __syncthreads();  // the previous tile's readers are done
@@ -350,11 +360,34 @@ __device__ __forceinline__ void Int4ReduceStore(const float (&acc)[MT][NT][4], f
       float v = 0.0f;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) v += red[w][e][lane];
-      const int i = e >> 2, r = e & 3;
-      const int row = m0 + 16 * i + gr + (r >= 2 ? 8 : 0);
-      const int c = col_base + 8 * j + 2 * t + (r & 1);
-      if (row < g.m && c < g.n) y[int64_t(row) * g.n + c] = StoreT<T>(bias ? v + LoadF(bias, c) : v);
+      if constexpr (kS > 1) {
+        part[(j * MT * 4 + e) * 32 + lane] = v;
+      } else {
+        store(j, e, v);
+      }
     }
+  }
+  if constexpr (kS > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every rank's sums are in its shared memory
+    if (rank == 0) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        for (int e = warp; e < MT * 4; e += kWarps) {
+          const int idx = (j * MT * 4 + e) * 32 + lane;
+          float v = part[idx];
+#pragma unroll
+          for (int q = 1; q < kS; ++q) v += cluster.map_shared_rank(part, q)[idx];
+          store(j, e, v);
+        }
+      }
+    }
+    cluster.sync();  // rank 0 is done reading the others' shared memory before they exit
+#else
+    __trap();  // clusters need sm_90: the dispatch never launches kS > 1 elsewhere
+#endif
   }
 }
 

@@ -15,7 +15,7 @@ from tests.cuda.test_cuda_ops import _check_int4, _int4_case, _session
 
 pytestmark = pytest.mark.cuda
 
-N_VARIANTS = 10
+N_VARIANTS = 11  # 10: variant 3 in sm_90 clusters that split K (kS = 2 / 4 here, 1 off sm_90)
 
 
 @pytest.mark.parametrize("variant", range(-1, N_VARIANTS))
@@ -38,6 +38,23 @@ def test_int4_mid_variants(rng, variant, dtype, bs, symmetric, kn):
     # a pinned variant also serves M = 5..8
     m_list = ([5, 8] if variant >= 0 else []) + [9, 16, 17, 31, 33, 48, 64]
     _check_int4(sess, rng, m_list, k, n, bs, dtype, b, scales_t, zp, bias_t)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("kn", [(9000, 40), (14336, 520)])
+def test_int4_mid_k_split_clusters_of_8(rng, dtype, kn):
+    """Variant 10 on long, narrow layers, where its K split reaches clusters of 8 CTAs on an H100
+    (K = 9000: 71 chunks of 128, a partial last block; N = 40 / 520: 2 / 17 column tiles)."""
+    k, n = kn
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, 64, dtype, False, True)
+    env = {"PYQUANT_INT4_SM90_MIN_M": str(1 << 40), "PYQUANT_INT4_MID_VARIANT": "10"}
+    os.environ.update(env)
+    try:
+        sess = _session(model)
+    finally:
+        for key in env:
+            os.environ.pop(key, None)
+    _check_int4(sess, rng, [5, 16, 17, 40, 64], k, n, 64, dtype, b, scales_t, zp, bias_t)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

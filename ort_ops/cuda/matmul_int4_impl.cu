@@ -411,20 +411,22 @@ void LaunchGemvVariant(int v, const T* x, const uint8_t* b, const T* s, const ui
 //   9: NT 4, 16 warps, U 1, prefetch (MT 2: none; MT 4: NT 1, none): variant 3 with twice the warps per SM (Nsight
 //     Compute on variant 3 at M = 16, 4096 x 4096: 8 warps per SM, 0.44 eligible warps per
 //     scheduler, 19 % of DRAM bandwidth: latency-bound, …-s6-ncu-int4-m16.txt)
-//   10: variant 3 in sm_90 clusters of kS = 2 / 4 / 8 CTAs that split K (MidKSplitFor), for layers
-//     whose N gives fewer CTAs than SMs; kS = 1 (variant 3) elsewhere. Not a default yet: it is
-//     to be measured against the default on narrow layers, which run at 0.46-0.98x torch fp16 at
-//     M = 16 (bench/results/2026-11-24-h100-s17-narrow-bench-cuda.md).
+//   10: variant 3 in sm_90 clusters of kS = 2 / 4 / 8 CTAs splitting K (MidKSplitFor), for narrow
+//     layers (0.46-0.98x torch fp16 at M = 16 by default, …-s17-narrow-bench-cuda.md); to measure.
 constexpr int kMidRingFirst = 5;
 constexpr int kMid16Warps = kMidRingFirst + kInt4RingVariants;  // 9
 constexpr int kMidKSplit = kMid16Warps + 1;                     // 10
 constexpr int kMidVariants = kMidKSplit + 1;
 
-// Cluster size of variant 10: the least kS that gives the SMs a CTA each, while every warp of the
-// cluster keeps at least one 128-wide K chunk; 1 off sm_90 (no clusters in this build's kernels).
+// Cluster size of variant 10: the least kS giving every SM a CTA while each warp of the cluster
+// keeps a 128-wide K chunk; 1 off sm_90 and in builds without sm_90 code (older PTX would trap).
 int MidKSplitFor(const Int4Geom& g, int mt, int nt, int warps) {
   int dev = 0;
+#if PYQUANT_WITH_SM90
   if (!CurrentDeviceIsSm90(&dev)) return 1;
+#else
+  return 1;
+#endif
   const int64_t ctas = int64_t((g.n + 8 * nt - 1) / (8 * nt)) * ((g.m + 16 * mt - 1) / (16 * mt));
   const int sms = CudaSmCount(dev);
   int ks = 1;

@@ -181,6 +181,8 @@ METHOD_ENV = {
     # scheduler knobs; sm90min<M>: the GEMM from M on (the portable kernels below it).
     "pyquant_fp8_swap": {"PYQUANT_FP8_GEMV": "swap"},
     "pyquant_fp8_mma": {"PYQUANT_FP8_GEMV": "mma"},
+    # the mma kernel in sm_90 clusters that split K, for narrow layers (ort_ops/cuda/linear_fp8.h)
+    "pyquant_fp8_mmasplit": {"PYQUANT_FP8_GEMV": "mmasplit"},
     **{f"pyquant_fp8_fused{i}": {"PYQUANT_FP8_GEMV": "fused" if i == 0 else f"fused{i}"} for i in range(5)},
     **{f"pyquant_fp8_{t}": {"PYQUANT_FP8_SM90_TILE": t} for t in FP8_SM90_TILES},
     **{

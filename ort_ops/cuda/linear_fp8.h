@@ -24,6 +24,8 @@ constexpr int64_t kFp8Sm90MinM = 17;
 // Largest M at which the quantizer lets the PDL-launched Hopper GEMM start at once; above it the
 // GEMM waits for the quantizer's late trigger (Fp8Options::gemm_pdl_late) or is not PDL-launched.
 constexpr int64_t kFp8GemmPdlEarlyMaxM = 512;
+// Fp8Options::gemv value of "mmasplit" (the mma kernel with a cluster K split).
+constexpr int kFp8GemvMmaSplit = 8;
 
 // Kernel choices of one node, fixed when the kernel is created (CudaFp8Options() reads the
 // environment; tests and benchmarks set it around session creation). Defaults = production.
@@ -42,7 +44,10 @@ struct Fp8Options {
   //   1 "mma": fp8_mma_kernel (activations in the MMA's m16 slot, W in n8) for M <= 16.
   //   2 "swap": fp8_gemv_swap_kernel (W rows in the m16 slot, X^T in n8: half the MMAs), M <= 8,
   //     per-channel scales.
-  //   3..6 "fused", "fused1".."fused3": the fused GEMV's variants 0..3 (M <= 4; else "mma").
+  //   3..7 "fused", "fused1".."fused4": the fused GEMV's variants 0..4 (M <= 4; else "mma").
+  //   8 "mmasplit" (kFp8GemvMmaSplit): "mma" in sm_90 clusters of 2 / 4 / 8 CTAs that split K where
+  //     ceil(N / 8) CTAs leave SMs idle (narrow layers; to be measured: FP8 at M = 4 / 16 on
+  //     14336 x 512 is 0.64x / 0.58x torch fp16 by default, bench/results/2026-11-24-h100-s17-narrow-bench-cuda.md).
   int gemv = 0;
   // Hopper GEMM knobs (sm90::Fp8GemmTuning, fp8_gemm_sm90.h):
   //   PYQUANT_FP8_SM90_TILE     auto, or a variant's name -> variant 0..16 (the names: the list in

@@ -211,21 +211,28 @@ __device__ __forceinline__ uint4 LoadActivation16(const void* p) {
 
 }  // namespace
 
-// grid = (ceil(N / 8), ceil(M / (16 * MT))), block = 32 * kWarps.
+// grid = (ceil(N / 8) * kS, ceil(M / (16 * MT))), block = 32 * kWarps.
 //   xq [M, K] e4m3 (quantized X), s_x [M] float, w [N, K] e4m3, w_scale [N, n_scale_blocks]
 //   float, bias [N] T or nullptr, y [M, N] T. kBlockScale: w_scale per 2^bs_log2-wide K block.
 //   kLow8 (M <= 8, MT == 1): rows g + 8 of the MMA tile are all padding, so their activation
 //   loads and registers are dropped (more CTAs per SM, so more weight bytes in flight).
-template <typename T, int MT, int kWarps, bool kBlockScale, bool kLow8 = false>
+//   kS > 1 (sm_90, PYQUANT_FP8_GEMV=mmasplit): clusters of kS CTAs split the K range of one
+//   8-channel tile (rank = blockIdx.x % kS; worker (warp, rank) takes chunks worker,
+//   worker + kWarps * kS, ...), summed in rank order by ReduceMmaTiles: for narrow layers,
+//   where ceil(N / 8) CTAs leave SMs idle (N = 512: 64 CTAs).
+template <typename T, int MT, int kWarps, bool kBlockScale, bool kLow8 = false, int kS = 1>
 __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __restrict__ xq,
                                                               const float* __restrict__ s_x,
                                                               const uint8_t* __restrict__ w,
                                                               const float* __restrict__ w_scale,
                                                               const T* __restrict__ bias, T* __restrict__ y,
                                                               Fp8Geom g, bool weights_early) {
+  constexpr int kWorkers = kWarps * kS;  // chunk workers of one channel tile
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gr = lane >> 2, t = lane & 3;
-  const int n0 = blockIdx.x * 8;
+  const int rank = kS > 1 ? static_cast<int>(blockIdx.x % kS) : 0;
+  const int worker = warp * kS + rank;
+  const int n0 = (blockIdx.x / kS) * 8;
   const int col = n0 + gr;  // this thread's W row
   const int m0 = blockIdx.y * 16 * MT;
   float acc[MT][4];
@@ -245,8 +252,8 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __r
   auto load_group = [&](int c0, uint4(&wv)[U], uint4(&xv)[U][MT][kH]) {
 #pragma unroll
     for (int uu = 0; uu < U; ++uu) {
-      const int kb = (c0 + uu * kWarps) * 64 + 16 * t;
-      const bool kin = c0 + uu * kWarps < g.n_chunks && kb < g.k;  // K % 16 == 0: all 16 or none
+      const int kb = (c0 + uu * kWorkers) * 64 + 16 * t;
+      const bool kin = c0 + uu * kWorkers < g.n_chunks && kb < g.k;  // K % 16 == 0: all 16 or none
       const int kbc = kin ? kb : 0;
       const uint4 wl = LoadStream16(w + int64_t(min(col, g.n - 1)) * g.k + kbc);
       wv[uu] = kin ? wl : make_uint4(0, 0, 0, 0);
@@ -282,7 +289,7 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __r
         }
       }
       if (kBlockScale) {
-        const int chunk = c0 + uu * kWarps;
+        const int chunk = c0 + uu * kWorkers;
         if (chunk < g.n_chunks) {
           const int blk = (chunk * 64) >> g.bs_log2;
           const int c = n0 + 2 * t;
@@ -311,14 +318,14 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __r
   if (weights_early) {
 #pragma unroll
     for (int uu = 0; uu < U; ++uu) {
-      const int kb = (warp + uu * kWarps) * 64 + 16 * t;
-      if (warp + uu * kWarps < g.n_chunks && kb < g.k && col < g.n) PrefetchL2(w + int64_t(col) * g.k + kb);
+      const int kb = (worker + uu * kWorkers) * 64 + 16 * t;
+      if (worker + uu * kWorkers < g.n_chunks && kb < g.k && col < g.n) PrefetchL2(w + int64_t(col) * g.k + kb);
     }
   }
   PdlWaitPrimary();
   uint4 wv[U], xv[U][MT][kH];
-  if (warp < g.n_chunks) load_group(warp, wv, xv);
-  for (int c0 = warp; c0 < g.n_chunks; c0 += U * kWarps) {
+  if (worker < g.n_chunks) load_group(worker, wv, xv);
+  for (int c0 = worker; c0 < g.n_chunks; c0 += U * kWorkers) {
     uint4 wc[U], xc[U][MT][kH];
 #pragma unroll
     for (int uu = 0; uu < U; ++uu) {
@@ -328,20 +335,12 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __r
 #pragma unroll
         for (int h = 0; h < kH; ++h) xc[uu][i][h] = xv[uu][i][h];
     }
-    if (c0 + U * kWarps < g.n_chunks) load_group(c0 + U * kWarps, wv, xv);
+    if (c0 + U * kWorkers < g.n_chunks) load_group(c0 + U * kWorkers, wv, xv);
     compute_group(c0, wc, xc);
   }
 
-  __shared__ float red[kWarps][MT * 4][32];
-#pragma unroll
-  for (int i = 0; i < MT; ++i)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) red[warp][i * 4 + r][lane] = acc[i][r];
-  __syncthreads();
-  for (int e = warp; e < MT * 4; e += kWarps) {
-    float v = 0.0f;
-#pragma unroll
-    for (int ww = 0; ww < kWarps; ++ww) v += red[ww][e][lane];
+  // value e = 4 i + r of this lane's tile, summed over K: scales, bias, store.
+  auto emit = [&](int e, float v) {
     const int i = e >> 2, r = e & 3;
     const int row = m0 + 16 * i + gr + (r >= 2 ? 8 : 0);
     const int c = n0 + 2 * t + (r & 1);
@@ -350,6 +349,26 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __r
       v *= s_x[row];
       if (bias) v += LoadF(bias, c);
       y[int64_t(row) * g.n + c] = StoreT<T>(v);
+    }
+  };
+  __shared__ float red[kWarps][MT * 4][32];
+  if constexpr (kS > 1) {
+    __shared__ float part[MT * 4 * 32];
+    cuda_detail::ReduceMmaTiles<MT, 1, kWarps, kS>([&](int i, int, int r) { return acc[i][r]; }, red, part, rank,
+                                                   [&](int, int e, float v) { emit(e, v); });
+  } else {
+    // (kept apart from ReduceMmaTiles: the same sums, but this form is the tested code of every
+    // other configuration, and ReduceMmaTiles compiles MT = 2 slightly differently)
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) red[warp][i * 4 + r][lane] = acc[i][r];
+    __syncthreads();
+    for (int e = warp; e < MT * 4; e += kWarps) {
+      float v = 0.0f;
+#pragma unroll
+      for (int ww = 0; ww < kWarps; ++ww) v += red[ww][e][lane];
+      emit(e, v);
     }
   }
 }
@@ -588,12 +607,26 @@ bool Fp8FastPath(const LinearFp8Problem& p) {
   return true;
 }
 
+// k_split (PYQUANT_FP8_GEMV=mmasplit; fp16 / bf16): clusters of ClusterKSplitFor CTAs split K.
 template <typename T, int MT, bool kBlock, bool kLow8 = false>
 void LaunchFp8Mma(const LinearFp8Problem& p, const uint8_t* xq, const float* s_x, const Fp8Geom& g, PdlMode pdl,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, bool k_split = false) {
   dim3 grid(static_cast<unsigned>((p.n + 7) / 8), static_cast<unsigned>((p.m + 16 * MT - 1) / (16 * MT)));
-  (void)LaunchWithPdl(fp8_mma_kernel<T, MT, 4, kBlock, kLow8>, grid, dim3(128), stream, pdl.launch, xq, s_x, p.w,
-                      p.w_scale, static_cast<const T*>(p.bias), static_cast<T*>(p.y), g, pdl.weights_early);
+  auto launch = [&](auto ks) {
+    constexpr int kS = decltype(ks)::value;
+    const dim3 cluster_grid(grid.x * kS, grid.y);
+    (void)LaunchWithPdlCluster(fp8_mma_kernel<T, MT, 4, kBlock, kLow8, kS>, cluster_grid, dim3(128), 0, kS, stream,
+                               pdl.launch, xq, s_x, p.w, p.w_scale, static_cast<const T*>(p.bias),
+                               static_cast<T*>(p.y), g, pdl.weights_early);
+  };
+  const int ks = k_split && !std::is_same<T, float>::value ? ClusterKSplitFor(int64_t(grid.x) * grid.y, g.n_chunks, 4)
+                                                          : 1;
+  if constexpr (!std::is_same<T, float>::value) {
+    if (ks == 8) return launch(std::integral_constant<int, 8>());
+    if (ks == 4) return launch(std::integral_constant<int, 4>());
+    if (ks == 2) return launch(std::integral_constant<int, 2>());
+  }
+  launch(std::integral_constant<int, 1>());
 }
 
 }  // namespace
@@ -612,9 +645,10 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
   if constexpr (!std::is_same<T, float>::value) {
     // Decode: quantization fused into the GEMV (no xq round trip, one launch), unless the Hopper
     // GEMM was asked for at this M.
-    const bool fused_allowed = (opt.gemv == 0 && p.m <= kFp8GemvAutoMaxM) || opt.gemv >= 3;
+    const bool fused_knob = opt.gemv >= 3 && opt.gemv < kFp8GemvMmaSplit;  // "fused", "fused1".."fused4"
+    const bool fused_allowed = (opt.gemv == 0 && p.m <= kFp8GemvAutoMaxM) || fused_knob;
     if (!force_ref && fused_allowed && !sm90 && Fp8GemvFusedFits(p, sizeof(T))) {
-      return LaunchFp8GemvFused<T>(p, opt.gemv >= 3 ? opt.gemv - 3 : Fp8GemvAutoVariant(p.m), pdl, stream);
+      return LaunchFp8GemvFused<T>(p, fused_knob ? opt.gemv - 3 : Fp8GemvAutoVariant(p.m), pdl, stream);
     }
   }
   uint8_t* xq = static_cast<uint8_t*>(ws.data);
@@ -657,6 +691,7 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
     g.bs_log2 = CeilLog2(p.block_size);  // 0 for per-channel scales (block_size 0)
     g.n_scale_blocks = static_cast<int>(p.n_scale_blocks);
     const bool block = p.block_size != 0;
+    const bool split = opt.gemv == kFp8GemvMmaSplit;
     if (opt.gemv == 2 && p.m <= 8 && !block) {
       // Swapped operands: FP8 MMAs where the device has them, else fp16 MMAs after conversion.
       // 4 warps of 16 channels: the FP8 variant needs ~150 registers (24 x 16-byte loads in
@@ -670,14 +705,14 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
         fp8_gemv_swap_kernel<T, 4, false><<<grid, 128, 0, stream>>>(xq, s_x, p.w, p.w_scale, bias, y, g);
       }
     } else if (p.m <= 8) {
-      block ? LaunchFp8Mma<T, 1, true, true>(p, xq, s_x, g, pdl, stream)
-            : LaunchFp8Mma<T, 1, false, true>(p, xq, s_x, g, pdl, stream);
+      block ? LaunchFp8Mma<T, 1, true, true>(p, xq, s_x, g, pdl, stream, split)
+            : LaunchFp8Mma<T, 1, false, true>(p, xq, s_x, g, pdl, stream, split);
     } else if (p.m <= 16) {
-      block ? LaunchFp8Mma<T, 1, true>(p, xq, s_x, g, pdl, stream)
-            : LaunchFp8Mma<T, 1, false>(p, xq, s_x, g, pdl, stream);
+      block ? LaunchFp8Mma<T, 1, true>(p, xq, s_x, g, pdl, stream, split)
+            : LaunchFp8Mma<T, 1, false>(p, xq, s_x, g, pdl, stream, split);
     } else {
-      block ? LaunchFp8Mma<T, 2, true>(p, xq, s_x, g, pdl, stream)
-            : LaunchFp8Mma<T, 2, false>(p, xq, s_x, g, pdl, stream);
+      block ? LaunchFp8Mma<T, 2, true>(p, xq, s_x, g, pdl, stream, split)
+            : LaunchFp8Mma<T, 2, false>(p, xq, s_x, g, pdl, stream, split);
     }
     return cudaGetLastError();
   }

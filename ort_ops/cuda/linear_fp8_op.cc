@@ -24,7 +24,8 @@ Fp8Options CudaFp8Options() {
   if (const char* v = EnvValue("PYQUANT_FP8_SM90_MIN_M")) {
     o.sm90_min_m = o.sm90_min_m_small = std::strtoll(v, nullptr, 10);
   }
-  o.gemv = EnvChoice("PYQUANT_FP8_GEMV", {"auto", "mma", "swap", "fused", "fused1", "fused2", "fused3", "fused4"}, 0);
+  o.gemv = EnvChoice("PYQUANT_FP8_GEMV",
+                     {"auto", "mma", "swap", "fused", "fused1", "fused2", "fused3", "fused4", "mmasplit"}, 0);
   o.sm90_variant = EnvChoice("PYQUANT_FP8_SM90_TILE",
                              {"auto", "f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64", "n64", "f192",
                               "f192c2", "c128", "o128", "o256", "o256c2", "op128", "o256s"},

@@ -411,28 +411,12 @@ void LaunchGemvVariant(int v, const T* x, const uint8_t* b, const T* s, const ui
 //   9: NT 4, 16 warps, U 1, prefetch (MT 2: none; MT 4: NT 1, none): variant 3 with twice the warps per SM (Nsight
 //     Compute on variant 3 at M = 16, 4096 x 4096: 8 warps per SM, 0.44 eligible warps per
 //     scheduler, 19 % of DRAM bandwidth: latency-bound, …-s6-ncu-int4-m16.txt)
-//   10: variant 3 in sm_90 clusters of kS = 2 / 4 / 8 CTAs splitting K (MidKSplitFor), for narrow
+//   10: variant 3 in sm_90 clusters of kS = 2 / 4 / 8 CTAs splitting K (ClusterKSplitFor), for narrow
 //     layers (0.46-0.98x torch fp16 at M = 16 by default, …-s17-narrow-bench-cuda.md); to measure.
 constexpr int kMidRingFirst = 5;
 constexpr int kMid16Warps = kMidRingFirst + kInt4RingVariants;  // 9
 constexpr int kMidKSplit = kMid16Warps + 1;                     // 10
 constexpr int kMidVariants = kMidKSplit + 1;
-
-// Cluster size of variant 10: the least kS giving every SM a CTA while each warp of the cluster
-// keeps a 128-wide K chunk; 1 off sm_90 and in builds without sm_90 code (older PTX would trap).
-int MidKSplitFor(const Int4Geom& g, int mt, int nt, int warps) {
-  int dev = 0;
-#if PYQUANT_WITH_SM90
-  if (!CurrentDeviceIsSm90(&dev)) return 1;
-#else
-  return 1;
-#endif
-  const int64_t ctas = int64_t((g.n + 8 * nt - 1) / (8 * nt)) * ((g.m + 16 * mt - 1) / (16 * mt));
-  const int sms = CudaSmCount(dev);
-  int ks = 1;
-  while (ks < 8 && ctas * ks < sms && g.n_chunks >= 2 * ks * warps) ks *= 2;
-  return ks;
-}
 
 // Default (H100, bench/results/2026-11-22-h100-s6-mid-bench-cuda.md, …-s6-ring-bench-cuda.md,
 // …-s6-mid9-bench-cuda.md): the ring kernel (variant 5) on wide layers with short rows up to
@@ -471,7 +455,7 @@ void LaunchMidVariant(int v, const T* x, const uint8_t* b, const T* s, const uin
       LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4>(x, b, s, zp, bias, y, g, pdl, stream);
       break;
     case kMidKSplit:
-      switch (MidKSplitFor(g, MT, 4, 8)) {
+      switch (ClusterKSplitFor(int64_t((g.n + 31) / 32) * ((g.m + 16 * MT - 1) / (16 * MT)), g.n_chunks, 8)) {
         case 8:
           LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4, 8>(x, b, s, zp, bias, y, g, pdl, stream);
           break;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "cuda/device_info.h"
 #include "cuda/pdl.h"
 #include "layout/int4_block.h"
 #include "ops/matmul_int4.h"
@@ -329,31 +330,43 @@ __device__ __forceinline__ void Int4ChunkMma(float (&acc)[MT][NT][4], const T* _
   }
 }
 
-// The small-M kernels' epilogue: sums the kWarps warps' partial tiles acc through red, one column
-// tile at a time (fixed order: deterministic), and stores Y[m0 + row][col_base + 8 j + col] (+ bias)
-// for the rows < M and columns < N. Contains __syncthreads(): every thread of the CTA calls it.
+// Cluster size for the small-M mma.sync kernels' K split (kS of ReduceMmaTiles): the least of
+// 1 / 2 / 4 / 8 that gives every SM a CTA (`ctas` = the grid without the split), while each of the
+// cluster's warps keeps at least one of the `chunks` K chunks. 1 off sm_90 and in builds without
+// sm_90 code (the cluster sum exists only in sm_90 machine code: JIT-compiled older PTX traps).
+inline int ClusterKSplitFor(int64_t ctas, int chunks, int warps) {
+#if PYQUANT_WITH_SM90
+  int dev = 0;
+  if (!CurrentDeviceIsSm90(&dev)) return 1;
+  const int sms = CudaSmCount(dev);
+  int ks = 1;
+  while (ks < 8 && ctas * ks < sms && chunks >= 2 * ks * warps) ks *= 2;
+  return ks;
+#else
+  (void)ctas, (void)chunks, (void)warps;
+  return 1;
+#endif
+}
+
+// The mma.sync small-M kernels' epilogue (both ops): sums the kWarps warps' partial MMA tiles,
+// acc(i, j, r) = accumulator r of m16 tile i and n8 column tile j, through red, one column tile
+// at a time (fixed order: deterministic), and calls emit(j, e, v) once per value (e = 4 i + r) in
+// the CTA that owns it. Contains __syncthreads(): every thread of the CTA calls it.
 // kS > 1 (sm_90 only): the CTA is rank `rank` of a cluster of kS CTAs that split the K range of
 // one output tile. Each CTA's sums go to its shared `part` [NT][MT * 4][32] instead, and rank 0
-// adds the other ranks' in rank order (distributed shared memory: deterministic) and stores.
-template <typename T, int MT, int NT, int kWarps, int kS = 1>
-__device__ __forceinline__ void Int4ReduceStore(const float (&acc)[MT][NT][4], float (&red)[kWarps][MT * 4][32],
-                                                const T* __restrict__ bias, T* __restrict__ y, const Int4Geom& g,
-                                                int m0, int col_base, float* part = nullptr, int rank = 0) {
+// adds the other ranks' in rank order (distributed shared memory: deterministic) and emits.
+template <int MT, int NT, int kWarps, int kS, typename Acc, typename Emit>
+__device__ __forceinline__ void ReduceMmaTiles(const Acc& acc, float (&red)[kWarps][MT * 4][32], float* part, int rank,
+                                               const Emit& emit) {
+  static_assert(kS == 1 || kS == 2 || kS == 4 || kS == 8, "K split (cluster size)");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int gr = lane >> 2, t = lane & 3;
-  auto store = [&](int j, int e, float v) {
-    const int i = e >> 2, r = e & 3;
-    const int row = m0 + 16 * i + gr + (r >= 2 ? 8 : 0);
-    const int c = col_base + 8 * j + 2 * t + (r & 1);
-    if (row < g.m && c < g.n) y[int64_t(row) * g.n + c] = StoreT<T>(bias ? v + LoadF(bias, c) : v);
-  };
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     if (j > 0) __syncthreads();  // the previous tile's readers are done
 #pragma unroll
     for (int i = 0; i < MT; ++i)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) red[warp][i * 4 + r][lane] = acc[i][j][r];
+      for (int r = 0; r < 4; ++r) red[warp][i * 4 + r][lane] = acc(i, j, r);
     __syncthreads();
     // MT * 4 values per lane, spread over the warps.
     for (int e = warp; e < MT * 4; e += kWarps) {
@@ -363,7 +376,7 @@ __device__ __forceinline__ void Int4ReduceStore(const float (&acc)[MT][NT][4], f
       if constexpr (kS > 1) {
         part[(j * MT * 4 + e) * 32 + lane] = v;
       } else {
-        store(j, e, v);
+        emit(j, e, v);
       }
     }
   }
@@ -380,7 +393,7 @@ __device__ __forceinline__ void Int4ReduceStore(const float (&acc)[MT][NT][4], f
           float v = part[idx];
 #pragma unroll
           for (int q = 1; q < kS; ++q) v += cluster.map_shared_rank(part, q)[idx];
-          store(j, e, v);
+          emit(j, e, v);
         }
       }
     }
@@ -389,6 +402,25 @@ __device__ __forceinline__ void Int4ReduceStore(const float (&acc)[MT][NT][4], f
     __trap();  // clusters need sm_90: the dispatch never launches kS > 1 elsewhere
 #endif
   }
+}
+
+// MatMulInt4's small-M epilogue: ReduceMmaTiles, then Y[m0 + row][col_base + 8 j + col] (+ bias)
+// for the rows < M and columns < N.
+template <typename T, int MT, int NT, int kWarps, int kS = 1>
+__device__ __forceinline__ void Int4ReduceStore(const float (&acc)[MT][NT][4], float (&red)[kWarps][MT * 4][32],
+                                                const T* __restrict__ bias, T* __restrict__ y, const Int4Geom& g,
+                                                int m0, int col_base, float* part = nullptr, int rank = 0) {
+  const int lane = threadIdx.x & 31;
+  const int gr = lane >> 2, t = lane & 3;
+  ReduceMmaTiles<MT, NT, kWarps, kS>([&](int i, int j, int r) { return acc[i][j][r]; }, red, part, rank,
+                                     [&](int j, int e, float v) {
+                                       const int i = e >> 2, r = e & 3;
+                                       const int row = m0 + 16 * i + gr + (r >= 2 ? 8 : 0);
+                                       const int c = col_base + 8 * j + 2 * t + (r & 1);
+                                       if (row < g.m && c < g.n) {
+                                         y[int64_t(row) * g.n + c] = StoreT<T>(bias ? v + LoadF(bias, c) : v);
+                                       }
+                                     });
 }
 
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {

@@ -137,6 +137,29 @@ def main() -> int:
                 yr, mag = linear_fp8_ref(x.astype(np.float64), w8, ws, blk)
                 assert_within_limit(y, yr, mag, dtype, op=FP8_OP)
                 n_checked += 1
+        # the small-M mma kernel in clusters that split K (PYQUANT_FP8_GEMV=mmasplit: kS = 4 here
+        # on an H100), Hopper GEMM off so that it serves M = 17 too
+        if dtype != "float32" and "fp8" in only:
+            w = rng.standard_normal((40, 1024)).astype(np.float32)
+            w8, ws = layout.quantize_weight_fp8(w, 0)
+            knobs = {"PYQUANT_FP8_GEMV": "mmasplit", "PYQUANT_FP8_SM90_MIN_M": str(1 << 40)}
+            os.environ.update(knobs)
+            try:
+                sess = make_session(
+                    fp8_model(w8, ws, dtype=dtype, block_size=0).SerializeToString(),
+                    providers=("cuda",),
+                    options=so,
+                    strict=True,
+                )
+            finally:
+                for key in knobs:
+                    os.environ.pop(key, None)
+            for m in (3, 9, 17):
+                x = rng.standard_normal((m, 1024)).astype(np_dtype(dtype))
+                y = np.asarray(run_session(sess, x), dtype=np.float64)
+                yr, mag = linear_fp8_ref(x.astype(np.float64), w8, ws, 0)
+                assert_within_limit(y, yr, mag, dtype, op=FP8_OP)
+                n_checked += 1
     print(f"memcheck_smoke: {n_checked} runs matched the reference")
     return 0
 

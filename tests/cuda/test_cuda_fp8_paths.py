@@ -90,6 +90,21 @@ def test_fp8_gemv_fused(rng, gemv, dtype, block_size, x_scale, kn):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("block_size", [0, 128])
+@pytest.mark.parametrize("x_scale", [None, 0.02])
+@pytest.mark.parametrize("kn", [(4096, 200), (16400, 40), (8192, 520), (1008, 37)])
+def test_fp8_mma_k_split(rng, dtype, block_size, x_scale, kn):
+    """PYQUANT_FP8_GEMV=mmasplit: the small-M mma.sync kernel in sm_90 clusters of CTAs that split K
+    (ClusterKSplitFor on an H100: kS = 8 / 8 / 4 / 4; K = 1008 leaves one 64-wide chunk per warp),
+    at M = 1 ... 8 (kLow8), 9 ... 16 and, with the Hopper GEMM off, 17 ... 32 (two m16 tiles)."""
+    k, n = kn
+    with_bias = bool(rng.integers(0, 2))
+    model, w8, ws, bias_t = _fp8_case(rng, k, n, block_size, dtype, x_scale, with_bias)
+    sess = _fp8_session(model, min_m=1 << 40, env={"PYQUANT_FP8_GEMV": "mmasplit"})
+    _check_fp8(sess, rng, [1, 3, 8, 9, 16, 17, 32], k, n, dtype, w8, ws, block_size, x_scale, bias_t)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("x_scale", [None, 0.02])
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("kn", [(4096, 520), (1008, 264), (48, 200), (6160, 8)])

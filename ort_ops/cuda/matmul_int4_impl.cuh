@@ -386,15 +386,12 @@ __device__ __forceinline__ void ReduceMmaTiles(const Acc& acc, float (&red)[kWar
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();  // every rank's sums are in its shared memory
     if (rank == 0) {
+      for (int je = warp; je < NT * MT * 4; je += kWarps) {  // all warps, also where MT * 4 < kWarps
+        const int j = je / (MT * 4), e = je % (MT * 4);
+        float v = part[(j * MT * 4 + e) * 32 + lane];
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        for (int e = warp; e < MT * 4; e += kWarps) {
-          const int idx = (j * MT * 4 + e) * 32 + lane;
-          float v = part[idx];
-#pragma unroll
-          for (int q = 1; q < kS; ++q) v += cluster.map_shared_rank(part, q)[idx];
-          emit(j, e, v);
-        }
+        for (int q = 1; q < kS; ++q) v += cluster.map_shared_rank(part, q)[(j * MT * 4 + e) * 32 + lane];
+        emit(j, e, v);
       }
     }
     cluster.sync();  // rank 0 is done reading the others' shared memory before they exit

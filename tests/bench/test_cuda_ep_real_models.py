@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,15 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench import cuda_ep_real_models  # the script as a module (pyproject: pythonpath = ["."])
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "cuda_ep_real_models.py"
-
-
-def _module():  # noqa: ANN202
-    spec = importlib.util.spec_from_file_location("cuda_ep_real_models", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.parametrize("sub", [[], ["prepare"], ["run"]])
@@ -36,7 +30,7 @@ def test_refit_probe_matches_sklearn() -> None:
     y = rng.integers(0, 4, 200)
     x = centers[y] + 1.5 * rng.normal(size=(200, 16))
     x /= np.linalg.norm(x, axis=1, keepdims=True)
-    coef, b = _module().refit_probe(x, y, 4, c=10.0)
+    coef, b = cuda_ep_real_models.refit_probe(x, y, 4, c=10.0)
     ref = sk.LogisticRegression(max_iter=5000, C=10.0, tol=1e-10).fit(x, y)
     # same objective -> same optimum (intercepts up to a common shift, which changes no prediction)
     np.testing.assert_allclose(coef, ref.coef_, atol=2e-3 * np.abs(ref.coef_).max())
@@ -62,7 +56,7 @@ def test_externalize_shares_initializers(tmp_path: Path) -> None:
         )
         return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
-    files = _module()._externalize({"a": model("a"), "b": model("b")}, tmp_path)
+    files = cuda_ep_real_models._externalize({"a": model("a"), "b": model("b")}, tmp_path)
     assert files == {"a": ["a.bin", "a.onnx", "shared.bin"], "b": ["b.bin", "b.onnx", "shared.bin"]}
     assert (tmp_path / "shared.bin").stat().st_size == shared.nbytes  # stored once
     x = rng.normal(size=(3, 64)).astype(np.float32)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
-# ruff: noqa: E501  (one ncu CSV row per line)
+from bench import ncu_table  # the script as a module (pyproject: pythonpath = ["."])
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "ncu_table.py"
+# ruff: noqa: E501  (one ncu CSV row per line)
 
 CSV = """==PROF== Connected to process 42 (/usr/bin/python3.12)
 "ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","dram__bytes_read.sum","gpu__time_duration.sum","launch__grid_size","launch__block_size","launch__registers_per_thread","smsp__warps_active.avg.per_cycle_active","smsp__warps_eligible.avg.per_cycle_active","smsp__issue_active.avg.per_cycle_active","dram__throughput.avg.pct_of_peak_sustained_elapsed","smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio","smsp__average_warps_issue_stalled_wait_per_issue_active.ratio","smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio","smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio","sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
@@ -19,16 +18,8 @@ CSV = """==PROF== Connected to process 42 (/usr/bin/python3.12)
 """
 
 
-def _module():  # noqa: ANN202
-    spec = importlib.util.spec_from_file_location("ncu_table", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_parse_applies_units_and_drops_messages() -> None:
-    rows = _module().parse_ncu_csv(CSV)
+    rows = ncu_table.parse_ncu_csv(CSV)
     assert len(rows) == 1
     assert rows[0]["gpu__time_duration.sum"] == 3610.0  # usecond -> ns
     assert rows[0]["dram__bytes_read.sum"] == 8.39e6  # Mbyte -> byte
@@ -36,10 +27,9 @@ def test_parse_applies_units_and_drops_messages() -> None:
 
 
 def test_summary_and_table(tmp_path: Path) -> None:
-    mod = _module()
     (tmp_path / "pyquant_int4-4096x4096-m1.csv").write_text(CSV)
     (tmp_path / "notes.csv").write_text("not a point")
-    points = mod.collect(tmp_path)
+    points = ncu_table.collect(tmp_path)
     assert [(p["method"], p["k"], p["n"], p["m"]) for p in points] == [("pyquant_int4", 4096, 4096, 1)]
     kern = points[0]["kernels"][0]
     assert kern["kernel"] == "pyquant::int4_gemv_kernel"
@@ -47,9 +37,9 @@ def test_summary_and_table(tmp_path: Path) -> None:
     assert [s[0] for s in kern["top_stalls"]] == ["long_scoreboard", "math_pipe_throttle", "wait"]
     assert abs(kern["stall_cycles_per_issue"] - 13.6) < 1e-9
     assert kern["tensor_pct"] == 0.0
-    md = mod.markdown(points, "device X, commit abc")
+    md = ncu_table.markdown(points, "device X, commit abc")
     assert "| pyquant_int4 | 4096 x 4096 | 1 | `pyquant::int4_gemv_kernel` | 3.6 | 1024 x 128 | 64 |" in md
     out = tmp_path / "res"
     sys.argv = ["ncu_table.py", str(tmp_path), "--out", str(out), "--header", "h"]
-    mod.main()
+    ncu_table.main()
     assert json.loads(out.with_suffix(".json").read_text())["points"][0]["m"] == 1

@@ -3,34 +3,21 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
-import sys
-from pathlib import Path
 
 import torch
 import torch.nn as nn
 
+from bench import smollm2_fp8_diagnose  # the script as a module (pyproject: pythonpath = ["."])
 from pyquant import quantize
 from pyquant.config import Fp8Config
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "smollm2_fp8_diagnose.py"
-
-
-def _module():  # noqa: ANN202
-    spec = importlib.util.spec_from_file_location("smollm2_fp8_diagnose", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
 
 def test_sim_matches_fp8_linear() -> None:
-    diag = _module()
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(96, 64, bias=False), nn.ReLU(), nn.Linear(64, 32, bias=False))
     x = torch.randn(5, 96) * torch.linspace(0.1, 8.0, 96)
     net2 = copy.deepcopy(net)
-    sim = diag.install(net2)
+    sim = smollm2_fp8_diagnose.install(net2)
     assert set(sim) == {"0", "2"}
     with torch.no_grad():
         ref = net(x)

@@ -30,8 +30,6 @@ run (run_cuda).
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -49,12 +47,7 @@ def _fp8_session(model, min_m: int | None = None, env: dict | None = None):
     env = dict(env or {})
     if min_m is not None:
         env["PYQUANT_FP8_SM90_MIN_M"] = str(min_m)
-    os.environ.update(env)
-    try:
-        return _session(model)
-    finally:
-        for key in env:
-            os.environ.pop(key, None)
+    return _session(model, env=env)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])

@@ -7,8 +7,6 @@ run."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from tests.cuda.test_cuda_ops import _check_int4, _int4_case, _session
@@ -26,11 +24,7 @@ N_VARIANTS = 12
 def test_int4_gemv_variants(rng, variant, dtype, bs, symmetric, kn):
     k, n = kn
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
-    os.environ["PYQUANT_INT4_GEMV_VARIANT"] = str(variant)
-    try:
-        sess = _session(model)
-    finally:
-        os.environ.pop("PYQUANT_INT4_GEMV_VARIANT", None)
+    sess = _session(model, env={"PYQUANT_INT4_GEMV_VARIANT": str(variant)})
     _check_int4(sess, rng, [1, 2, 3, 4, 5, 8], k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
@@ -60,12 +54,7 @@ def test_int4_gemv_cc_large_activations(rng, variant, bs, dtype, nonfinite_scale
         scales[3, 0], scales[7, 1] = np.inf, np.nan
     model = int4_model(b, scales, k, n, bs, dtype=dtype, zero_points=zp, bias=None)
     scales_t, bias_t = _as_t(scales, dtype), None
-    if variant >= 0:
-        os.environ["PYQUANT_INT4_GEMV_VARIANT"] = str(variant)
-    try:
-        sess = _session(model)
-    finally:
-        os.environ.pop("PYQUANT_INT4_GEMV_VARIANT", None)
+    sess = _session(model, env={"PYQUANT_INT4_GEMV_VARIANT": str(variant)} if variant >= 0 else None)
     for m in (1, 4):
         x = _as_t(np.sign(rng.standard_normal((m, k))) * 4000.0, dtype)
         y = run_cuda(sess, x, n, dtype)

@@ -7,8 +7,6 @@ symmetric and asymmetric, bias, fp16 and bf16. Outputs are poisoned (NaN) before
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from tests.cuda.test_cuda_ops import _check_int4, _int4_case, _session
@@ -29,12 +27,7 @@ def test_int4_mid_variants(rng, variant, dtype, bs, symmetric, kn):
     env = {"PYQUANT_INT4_SM90_MIN_M": str(1 << 40)}
     if variant >= 0:
         env["PYQUANT_INT4_MID_VARIANT"] = str(variant)
-    os.environ.update(env)
-    try:
-        sess = _session(model)
-    finally:
-        for key in env:
-            os.environ.pop(key, None)
+    sess = _session(model, env=env)
     # a pinned variant also serves M = 5..8
     m_list = ([5, 8] if variant >= 0 else []) + [9, 16, 17, 31, 33, 48, 64]
     _check_int4(sess, rng, m_list, k, n, bs, dtype, b, scales_t, zp, bias_t)
@@ -47,13 +40,7 @@ def test_int4_mid_k_split_clusters_of_8(rng, dtype, kn):
     (K = 9000: 71 chunks of 128, a partial last block; N = 40 / 520: 2 / 17 column tiles)."""
     k, n = kn
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, 64, dtype, False, True)
-    env = {"PYQUANT_INT4_SM90_MIN_M": str(1 << 40), "PYQUANT_INT4_MID_VARIANT": "10"}
-    os.environ.update(env)
-    try:
-        sess = _session(model)
-    finally:
-        for key in env:
-            os.environ.pop(key, None)
+    sess = _session(model, env={"PYQUANT_INT4_SM90_MIN_M": str(1 << 40), "PYQUANT_INT4_MID_VARIANT": "10"})
     _check_int4(sess, rng, [5, 16, 17, 40, 64], k, n, 64, dtype, b, scales_t, zp, bias_t)
 
 

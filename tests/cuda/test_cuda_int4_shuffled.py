@@ -13,8 +13,6 @@ prove the path ran; they need the Hopper GEMM (sm_90a build, compute capability 
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -35,13 +33,7 @@ def _need_hopper():
 
 
 def _shuffled_session(model, **knobs: str):
-    env = {"PYQUANT_INT4_SHUFFLE": "require", **knobs}
-    os.environ.update(env)
-    try:
-        return _session(model)
-    finally:
-        for key in env:
-            os.environ.pop(key, None)
+    return _session(model, env={"PYQUANT_INT4_SHUFFLE": "require", **knobs})
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -216,11 +208,7 @@ def test_int4_shuffle_off_matches(rng):
     within the limit on the same inputs."""
     k, n, bs, dtype = 4096, 512, 128, "float16"
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, False, True)
-    os.environ["PYQUANT_INT4_SHUFFLE"] = "0"
-    try:
-        plain = _session(model)
-    finally:
-        os.environ.pop("PYQUANT_INT4_SHUFFLE", None)
+    plain = _session(model, env={"PYQUANT_INT4_SHUFFLE": "0"})
     shuffled = _shuffled_session(model)
     for m in [1, 16, 200]:
         x = _as_t(rng.standard_normal((m, k)), dtype)

@@ -11,8 +11,6 @@ portable kernels, which must pass the same checks. Outputs are poisoned (NaN) be
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -23,15 +21,13 @@ pytestmark = pytest.mark.cuda
 SM90_M = [17, 64, 65, 128, 255, 256, 4097]
 
 
-def _sm90_session(model, min_m: int | None = 17):
+def _sm90_session(model, min_m: int | None = 17, env: dict | None = None):
     """Session with the Hopper GEMM from M = min_m on (default 17, also on layers whose default
-    starts it higher); None: the op's default."""
+    starts it higher); None: the op's default. env: more knobs, as in _session."""
+    env = dict(env or {})
     if min_m is not None:
-        os.environ["PYQUANT_INT4_SM90_MIN_M"] = str(min_m)
-    try:
-        return _session(model)
-    finally:
-        os.environ.pop("PYQUANT_INT4_SM90_MIN_M", None)
+        env["PYQUANT_INT4_SM90_MIN_M"] = str(min_m)
+    return _session(model, env=env)
 
 
 def _hopper_gemm_active() -> bool:
@@ -144,11 +140,7 @@ def test_int4_sm90_tile_variants(rng, tile, bs, symmetric, kn):
     128-wide K tile is not implementable there and must fall back to the default tiles."""
     k, n = kn
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, "float16", symmetric, True)
-    os.environ["PYQUANT_INT4_SM90_TILE"] = tile
-    try:
-        sess = _sm90_session(model)
-    finally:
-        os.environ.pop("PYQUANT_INT4_SM90_TILE", None)
+    sess = _sm90_session(model, env={"PYQUANT_INT4_SM90_TILE": tile})
     _check_int4(sess, rng, [17, 100, 513, 777, 1024], k, n, bs, "float16", b, scales_t, zp, bias_t)
 
 
@@ -171,12 +163,7 @@ SCHEDULER_KNOBS = {
 
 
 def _knob_session(model, knobs: dict[str, str]):
-    os.environ.update(knobs)
-    try:
-        return _sm90_session(model)
-    finally:
-        for key in knobs:
-            os.environ.pop(key, None)
+    return _sm90_session(model, env=knobs)
 
 
 @pytest.mark.parametrize("knob", sorted(SCHEDULER_KNOBS))

@@ -29,9 +29,10 @@ def _torch():
     return torch
 
 
-def _session(model, tiled_min_m=None):
-    """CUDA-only session. tiled_min_m: MatMulInt4's switch to the tiled kernel (read from
-    PYQUANT_INT4_TILED_MIN_M when the kernel is created), to test that kernel at small M too."""
+def _session(model, tiled_min_m=None, env: dict | None = None):
+    """CUDA-only session. env: the library's environment knobs (PYQUANT_*), set while the session
+    is created, when its kernels read them. tiled_min_m: MatMulInt4's switch to the tiled kernel
+    (PYQUANT_INT4_TILED_MIN_M), to test that kernel at small M too."""
     import os
 
     import onnxruntime as ort
@@ -41,14 +42,17 @@ def _session(model, tiled_min_m=None):
     so = session_options()
     # Our node must run on the CUDA EP: CUDA alone, no silent fallback to the CPU kernels.
     so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    env = dict(env or {})
     if tiled_min_m is not None:
-        os.environ["PYQUANT_INT4_TILED_MIN_M"] = str(tiled_min_m)
+        env["PYQUANT_INT4_TILED_MIN_M"] = str(tiled_min_m)
+    os.environ.update(env)
     try:
         return ort.InferenceSession(
             model.SerializeToString(), sess_options=so, providers=["CUDAExecutionProvider"]
         )
     finally:
-        os.environ.pop("PYQUANT_INT4_TILED_MIN_M", None)
+        for key in env:
+            os.environ.pop(key, None)
 
 
 def _torch_dtype(dtype):

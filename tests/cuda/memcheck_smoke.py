@@ -12,12 +12,24 @@ the reference."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
 import numpy as np
 
 sys.path.insert(0, ".")
+
+
+@contextlib.contextmanager
+def knobs(env: dict[str, str]):
+    """The library's environment knobs (read when a session's kernels are created) set inside."""
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key in env:
+            os.environ.pop(key, None)
 
 
 def main() -> int:
@@ -61,6 +73,22 @@ def main() -> int:
             assert_within_limit(y, yr, mag, dtype)
         return len(m_list)
 
+    def check_fp8(dtype, k, n, blk, m_list):
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        w8, ws = layout.quantize_weight_fp8(w, blk)
+        sess = make_session(
+            fp8_model(w8, ws, dtype=dtype, block_size=blk).SerializeToString(),
+            providers=("cuda",),
+            options=so,
+            strict=True,
+        )
+        for m in m_list:
+            x = rng.standard_normal((m, k)).astype(np_dtype(dtype))
+            y = np.asarray(run_session(sess, x), dtype=np.float64)
+            yr, mag = linear_fp8_ref(x.astype(np.float64), w8, ws, blk)
+            assert_within_limit(y, yr, mag, dtype, op=FP8_OP)
+        return len(m_list)
+
     n_checked = 0
     int4_shapes = (
         (200, 37, 32, False),
@@ -76,27 +104,20 @@ def main() -> int:
         # the 5 <= M <= 64 variants (register / cp.async ring), Hopper GEMM off
         if dtype != "float32" and "mid" in only:
             for variant in (2, 3, 5, 7, 8, 9, 10):
-                os.environ.update({"PYQUANT_INT4_MID_VARIANT": str(variant), "PYQUANT_INT4_SM90_MIN_M": "65"})
                 # variant 10 splits K in clusters where the chunks allow it (kS = 4 / 2 here on an H100)
                 shapes = ((4096, 40, 64, False), (2048, 136, 128, True)) if variant == 10 else ()
-                try:
+                with knobs({"PYQUANT_INT4_MID_VARIANT": str(variant), "PYQUANT_INT4_SM90_MIN_M": "65"}):
                     for k, n, bs, sym in ((1000, 37, 32, False), (512, 136, 128, True), *shapes):
                         n_checked += check_int4(dtype, k, n, bs, sym, (5, 16, 33, 64))
-                finally:
-                    os.environ.pop("PYQUANT_INT4_MID_VARIANT", None)
-                    os.environ.pop("PYQUANT_INT4_SM90_MIN_M", None)
         # B rewritten in the shuffled order (Hopper; N % 128, K % 64): all kernels
         if dtype != "float32" and "shuffled" in only:
             n_checked += check_int4(dtype, 512, 256, 64, False, (1, 3, 5, 16, 40, 100, 520))
             for variant in (1, 2, 3, 4, 8, 9, 11, 12, 13, 14):
-                os.environ["PYQUANT_INT4_SHUF_VARIANT"] = str(variant)
-                try:
+                with knobs({"PYQUANT_INT4_SHUF_VARIANT": str(variant)}):
                     n_checked += check_int4(dtype, 1024, 384, 128, True, (1, 4, 9, 33))
-                finally:
-                    os.environ.pop("PYQUANT_INT4_SHUF_VARIANT", None)
         # the Hopper GEMM's scheduler knobs (split-K ordered / unordered, stream-K)
         if dtype == "float16" and "knobs" in only:
-            for knobs in (
+            for env in (
                 {"PYQUANT_INT4_SM90_DECOMP": "splitk", "PYQUANT_INT4_SM90_SPLITS": "3"},
                 {
                     "PYQUANT_INT4_SM90_DECOMP": "splitk",
@@ -105,61 +126,21 @@ def main() -> int:
                 },
                 {"PYQUANT_INT4_SM90_DECOMP": "streamk"},
             ):
-                os.environ.update(knobs)
-                try:
+                with knobs(env):
                     n_checked += check_int4(dtype, 1024, 264, 128, True, (64, 100, 300))
-                finally:
-                    for key in knobs:
-                        os.environ.pop(key, None)
-            # the shuffled-weight-copy variants (the copy kernel and the GEMM reading it)
-            for knobs in ({"PYQUANT_INT4_SHUFFLED_COPY": "1"},):
-                os.environ.update(knobs)
-                try:
-                    n_checked += check_int4(dtype, 512, 256, 128, True, (64, 100, 520))
-                finally:
-                    for key in knobs:
-                        os.environ.pop(key, None)
+            # the shuffled-weight-copy variant (the copy kernel and the GEMM reading it)
+            with knobs({"PYQUANT_INT4_SHUFFLED_COPY": "1"}):
+                n_checked += check_int4(dtype, 512, 256, 128, True, (64, 100, 520))
         fp8_shapes = ((256, 37, 0), (240, 20, 64), (100, 9, 16), (256, 40, 0)) if "fp8" in only else ()
         for k, n, blk in fp8_shapes:  # last: sm90 FP8 GEMM
-            w = rng.standard_normal((n, k)).astype(np.float32)
-            w8, ws = layout.quantize_weight_fp8(w, blk)
-            sess = make_session(
-                fp8_model(w8, ws, dtype=dtype, block_size=blk).SerializeToString(),
-                providers=("cuda",),
-                options=so,
-                strict=True,
-            )
             # sm90 on the last: 64x64 ping-pong, 128x64, 128x128, 128x192 (M = 1601), and from
             # M = 2048 128x256 with the overlapped-promotion mainloop (2049: a partial token tile)
-            for m in (1, 3, 9, 17, 40, 70, 100, 520, 1601, 2049):
-                x = rng.standard_normal((m, k)).astype(np_dtype(dtype))
-                y = np.asarray(run_session(sess, x), dtype=np.float64)
-                yr, mag = linear_fp8_ref(x.astype(np.float64), w8, ws, blk)
-                assert_within_limit(y, yr, mag, dtype, op=FP8_OP)
-                n_checked += 1
+            n_checked += check_fp8(dtype, k, n, blk, (1, 3, 9, 17, 40, 70, 100, 520, 1601, 2049))
         # the small-M mma kernel in clusters that split K (PYQUANT_FP8_GEMV=mmasplit: kS = 4 here
         # on an H100), Hopper GEMM off so that it serves M = 17 too
         if dtype != "float32" and "fp8" in only:
-            w = rng.standard_normal((40, 1024)).astype(np.float32)
-            w8, ws = layout.quantize_weight_fp8(w, 0)
-            knobs = {"PYQUANT_FP8_GEMV": "mmasplit", "PYQUANT_FP8_SM90_MIN_M": str(1 << 40)}
-            os.environ.update(knobs)
-            try:
-                sess = make_session(
-                    fp8_model(w8, ws, dtype=dtype, block_size=0).SerializeToString(),
-                    providers=("cuda",),
-                    options=so,
-                    strict=True,
-                )
-            finally:
-                for key in knobs:
-                    os.environ.pop(key, None)
-            for m in (3, 9, 17):
-                x = rng.standard_normal((m, 1024)).astype(np_dtype(dtype))
-                y = np.asarray(run_session(sess, x), dtype=np.float64)
-                yr, mag = linear_fp8_ref(x.astype(np.float64), w8, ws, 0)
-                assert_within_limit(y, yr, mag, dtype, op=FP8_OP)
-                n_checked += 1
+            with knobs({"PYQUANT_FP8_GEMV": "mmasplit", "PYQUANT_FP8_SM90_MIN_M": str(1 << 40)}):
+                n_checked += check_fp8(dtype, 1024, 40, 0, (3, 9, 17))
     print(f"memcheck_smoke: {n_checked} runs matched the reference")
     return 0
 

@@ -57,5 +57,6 @@ echo "$points" | while read -r method shape m; do
   t0=$(date +%s)
   run "$metrics,$tensor"; rc=$?
   if [ $rc -ne 0 ] || ! grep -q gpu__time_duration "$out" 2>/dev/null; then run "$metrics"; rc=$?; fi
-  echo "== $method $shape M=$m rc=$rc $(( $(date +%s) - t0 )) s, kernels: $(( $(wc -l < "$out" 2>/dev/null || echo 2) - 2 ))"
+  # kernel rows of the CSV start with a quoted launch ID (ncu's own lines and the header do not)
+  echo "== $method $shape M=$m rc=$rc $(( $(date +%s) - t0 )) s, kernels: $(grep -c '^"[0-9]' "$out" 2>/dev/null)"
 done

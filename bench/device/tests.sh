@@ -3,6 +3,7 @@
 # Usage: bash bench/device/tests.sh <device-tag>
 #   PYTEST_SEL: what pytest runs (default tests/cuda), e.g. "tests/cuda/test_cuda_int4_sm90.py -k shuffled"
 #   PYTEST_GROUPS: instead, ";"-separated groups of test files run as parallel pytest processes
+#     (on one H100 each group ran about 4x slower than alone, session 17: no gain there)
 #   SAN_PARALLEL=1: the compute-sanitizer sections run at once (one process each), not in turn;
 #   SAN_TOOLS: the compute-sanitizer tools (default "memcheck racecheck")
 set -uo pipefail

@@ -118,8 +118,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     int4_smallm_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
                        const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
                        bool weights_early) {
-  static_assert(kS == 1 || kS == 2 || kS == 4 || kS == 8, "K split (cluster size)");
-  constexpr int kWorkers = kWarps * kS;  // chunk-group workers of one output tile
+  constexpr int kWorkers = kWarps * kS;  // chunk-group workers of one output tile (kS: ReduceMmaTiles checks)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gr = lane >> 2, t = lane & 3;
   const int rank = kS > 1 ? static_cast<int>(blockIdx.x % kS) : 0;
@@ -454,8 +453,9 @@ void LaunchMidVariant(int v, const T* x, const uint8_t* b, const T* s, const uin
     case 3:
       LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4>(x, b, s, zp, bias, y, g, pdl, stream);
       break;
-    case kMidKSplit:
-      switch (ClusterKSplitFor(int64_t((g.n + 31) / 32) * ((g.m + 16 * MT - 1) / (16 * MT)), g.n_chunks, 8)) {
+    case kMidKSplit: {
+      const dim3 grid = SmallMGrid(g, 4, MT);  // variant 3's CTAs without the split
+      switch (ClusterKSplitFor(int64_t(grid.x) * grid.y, g.n_chunks, 8)) {
         case 8:
           LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4, 8>(x, b, s, zp, bias, y, g, pdl, stream);
           break;
@@ -469,6 +469,7 @@ void LaunchMidVariant(int v, const T* x, const uint8_t* b, const T* s, const uin
           LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4>(x, b, s, zp, bias, y, g, pdl, stream);
       }
       break;
+    }
     case kMid16Warps:  // <= 128 registers per thread; MT 2 with prefetch spilled more
       LaunchSmallM<T, MT, 16, 1, true, MT == 1, 1, (kBig ? 1 : 4)>(x, b, s, zp, bias, y, g, pdl, stream);
       break;

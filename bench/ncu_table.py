@@ -70,7 +70,7 @@ def kernel_summary(row: dict) -> dict:
     """The figures of one kernel launch that the shortfall notes use."""
     name = str(row.get("Kernel Name", "?"))
     short = re.split(r"[<(]", name, maxsplit=1)[0].replace("void ", "").strip()
-    stalls = {STALL.match(k).group(1): v for k, v in row.items() if STALL.match(k) and isinstance(v, float)}
+    stalls = {m.group(1): v for k, v in row.items() if (m := STALL.match(k)) and isinstance(v, float)}
     top = sorted(stalls.items(), key=lambda kv: -kv[1])[:3]
     tensor = next((v for k, v in row.items() if TENSOR.match(k) and isinstance(v, float)), None)
     duration_ns = row.get("gpu__time_duration.sum")

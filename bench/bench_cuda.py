@@ -57,6 +57,8 @@ Methods (fp16 activations):
   pyquant_int4_again  the default again: an A/A control of the noise between methods (not in the default list)
   pyquant_int4_mid<v>  the 9 <= M <= 64 mma.sync kernel variant v (PYQUANT_INT4_MID_VARIANT, 0..10),
                     Hopper GEMM from M = 65 (not in the default list)
+  pyquant_int4_nosplit  the default without the narrow-layer cluster K split of session 18
+                    (PYQUANT_INT4_MID_VARIANT=nosplit) (not in the default list)
   pyquant_{int4,fp8}_nopdl / _pdllate  programmatic dependent launch off (PYQUANT_CUDA_PDL=0) / on
                     without early weight loads ("late"): ort_ops/cuda/pdl.h (not in the default list)
   pyquant_fp8_gpdl / _g512  the Hopper GEMM under PDL above M = 512 with a late quantizer trigger
@@ -176,6 +178,8 @@ METHOD_ENV = {
     "pyquant_int4_rm2": {"PYQUANT_INT4_SM90_RASTER": "m", "PYQUANT_INT4_SM90_SWIZZLE": "2"},
     "pyquant_int4_rn2": {"PYQUANT_INT4_SM90_RASTER": "n", "PYQUANT_INT4_SM90_SWIZZLE": "2"},
     "pyquant_fp8_portable": {"PYQUANT_FP8_SM90_MIN_M": str(1 << 40)},
+    # the default before session 18 on narrow layers: no cluster K split (matmul_int4_impl.cu)
+    "pyquant_int4_nosplit": {"PYQUANT_INT4_MID_VARIANT": "nosplit"},
     # LinearFp8 variants (ort_ops/cuda/linear_fp8.h, Fp8Options): the swapped-operand M <= 8
     # kernel, sm90 GEMM tiles (FastAccum 128x128 / 128x256, 2x1 clusters; fp16 output) and
     # scheduler knobs; sm90min<M>: the GEMM from M on (the portable kernels below it).

@@ -21,6 +21,9 @@ struct Fp8Workspace {
 size_t LinearFp8WorkspaceBytes(const LinearFp8Problem& p);
 // Smallest M sent to the Hopper GEMM (below it the small-M mma.sync kernel streams W once).
 constexpr int64_t kFp8Sm90MinM = 17;
+// The same on narrow layers (Fp8Options::sm90_min_m_narrow): M = 17..32 is the mma kernel's MT = 2
+// tile, one grid row (W streamed once).
+constexpr int64_t kFp8Sm90MinMNarrow = 33;
 // Largest M at which the quantizer lets the PDL-launched Hopper GEMM start at once; above it the
 // GEMM waits for the quantizer's late trigger (Fp8Options::gemm_pdl_late) or is not PDL-launched.
 constexpr int64_t kFp8GemmPdlEarlyMaxM = 512;
@@ -39,15 +42,23 @@ struct Fp8Options {
   // ping-pong tile under PDL the GEMM is: 12.8 / 12.6 / 12.3 vs 14.8 / 14.9 / 15.2 us at
   // M = 17 / 24 / 32 (…-s6-fp8min17-bench-cuda.md). PYQUANT_FP8_SM90_MIN_M sets both.
   int64_t sm90_min_m_small = kFp8Sm90MinM;
+  // Narrow layers, where the small-M mma kernel's ceil(N / 8) x ceil(M / 32) CTAs leave SMs idle so
+  // that it splits K over sm_90 clusters (kFp8GemvMmaSplit), keep that kernel below this M: H100,
+  // 14336 x 512 at M = 32: the Hopper GEMM 25.6 us, 0.41x torch fp16
+  // (bench/results/2026-11-25-h100-s18-ksplit-narrow-bench-cuda.md). PYQUANT_FP8_SM90_MIN_M sets it too.
+  int64_t sm90_min_m_narrow = kFp8Sm90MinMNarrow;
   // PYQUANT_FP8_GEMV: small-M kernel.
-  //   0 "auto": the fused GEMV (linear_fp8_gemv.h) at M = 1 where it fits, else "mma".
-  //   1 "mma": fp8_mma_kernel (activations in the MMA's m16 slot, W in n8) for M <= 16.
+  //   0 "auto": the fused GEMV (linear_fp8_gemv.h) at M <= 2 where it fits, else "mmasplit".
+  //   1 "mma": fp8_mma_kernel (activations in the MMA's m16 slot, W in n8) for M <= 16, no K split.
   //   2 "swap": fp8_gemv_swap_kernel (W rows in the m16 slot, X^T in n8: half the MMAs), M <= 8,
   //     per-channel scales.
   //   3..7 "fused", "fused1".."fused4": the fused GEMV's variants 0..4 (M <= 4; else "mma").
   //   8 "mmasplit" (kFp8GemvMmaSplit): "mma" in sm_90 clusters of 2 / 4 / 8 CTAs that split K where
-  //     ceil(N / 8) CTAs leave SMs idle (narrow layers; to be measured: FP8 at M = 4 / 16 on
-  //     14336 x 512 is 0.64x / 0.58x torch fp16 by default, bench/results/2026-11-24-h100-s17-narrow-bench-cuda.md).
+  //     ceil(N / 8) CTAs leave SMs idle (narrow layers). The default ("auto") since session 18: H100,
+  //     14336 x 512 at M = 4 / 16: 9.3 / 10.6 us against 15.4 / 17.2 without the split, torch fp16
+  //     10.1 / 10.3; never slower at M = 4-16 on six narrow layers
+  //     (bench/results/2026-11-25-h100-s18-ksplit-narrow-bench-cuda.md). Not at M <= 2: the fused
+  //     GEMV is faster there (14336 x 512, M = 1: 8.3 vs 9.2 us).
   int gemv = 0;
   // Hopper GEMM knobs (sm90::Fp8GemmTuning, fp8_gemm_sm90.h):
   //   PYQUANT_FP8_SM90_TILE     auto, or a variant's name -> variant 0..16 (the names: the list in

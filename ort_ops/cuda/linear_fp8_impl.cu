@@ -500,11 +500,31 @@ bool CurrentDeviceHasFp8Mma() { return CurrentDeviceComputeCapability() >= 89; }
 size_t XqBytes(const LinearFp8Problem& p) { return AlignUp(static_cast<size_t>(p.m * p.k)); }
 size_t SxBytes(const LinearFp8Problem& p) { return AlignUp(static_cast<size_t>(p.m) * sizeof(float)); }
 
+// The small-M mma kernel's grid at M tile MT (m16 tiles per CTA row) without a K split:
+// ceil(N / 8) column CTAs x ceil(M / 16 MT) rows.
+dim3 Fp8MmaGrid(const LinearFp8Problem& p, int mt) {
+  return dim3(static_cast<unsigned>((p.n + 7) / 8), static_cast<unsigned>((p.m + 16 * mt - 1) / (16 * mt)));
+}
+
+// Whether the mma kernel splits K where its CTAs leave SMs idle ("auto" / "mmasplit").
+bool Fp8KSplitOn(const Fp8Options& opt) { return opt.gemv == 0 || opt.gemv == kFp8GemvMmaSplit; }
+
+// Cluster size kS of that kernel's K split (1: none) at MT = 1 up to M = 16, else 2.
+int Fp8MmaClusterSplit(const LinearFp8Problem& p) {
+  const dim3 grid = Fp8MmaGrid(p, p.m <= 16 ? 1 : 2);
+  return ClusterKSplitFor(int64_t(grid.x) * grid.y, static_cast<int>((p.k + 63) / 64), 4);
+}
+
 #if PYQUANT_WITH_SM90
 // The shape / type / device part of the sm90 decision (pointers are checked at launch).
 template <typename T>
 bool Sm90Candidate(const LinearFp8Problem& p, const Fp8Options& opt, int* device) {
-  const int64_t min_m = p.n * p.k < (int64_t{1} << 25) ? opt.sm90_min_m_small : opt.sm90_min_m;
+  int64_t min_m = p.n * p.k < (int64_t{1} << 25) ? opt.sm90_min_m_small : opt.sm90_min_m;
+  // Narrow layers: the mma kernel with its K split below sm90_min_m_narrow (only asked where it
+  // matters: the split needs the device's SM count).
+  if (p.m < opt.sm90_min_m_narrow && p.m >= min_m && Fp8KSplitOn(opt) && Fp8MmaClusterSplit(p) > 1) {
+    min_m = opt.sm90_min_m_narrow;
+  }
   if (std::is_same<T, float>::value) return false;  // fp16 / bf16 output only
   return p.block_size == 0 && p.m >= min_m && p.k % 16 == 0 && p.n % 8 == 0 && p.m < (int64_t{1} << 31) &&
          p.n < (int64_t{1} << 31) && p.k < (int64_t{1} << 31) && CurrentDeviceIsSm90(device);
@@ -611,7 +631,7 @@ bool Fp8FastPath(const LinearFp8Problem& p) {
 template <typename T, int MT, bool kBlock, bool kLow8 = false>
 void LaunchFp8Mma(const LinearFp8Problem& p, const uint8_t* xq, const float* s_x, const Fp8Geom& g, PdlMode pdl,
                   cudaStream_t stream, bool k_split = false) {
-  dim3 grid(static_cast<unsigned>((p.n + 7) / 8), static_cast<unsigned>((p.m + 16 * MT - 1) / (16 * MT)));
+  const dim3 grid = Fp8MmaGrid(p, MT);
   auto launch = [&](auto ks) {
     constexpr int kS = decltype(ks)::value;
     const dim3 cluster_grid(grid.x * kS, grid.y);
@@ -691,7 +711,7 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
     g.bs_log2 = CeilLog2(p.block_size);  // 0 for per-channel scales (block_size 0)
     g.n_scale_blocks = static_cast<int>(p.n_scale_blocks);
     const bool block = p.block_size != 0;
-    const bool split = opt.gemv == kFp8GemvMmaSplit;
+    const bool split = Fp8KSplitOn(opt);
     if (opt.gemv == 2 && p.m <= 8 && !block) {
       // Swapped operands: FP8 MMAs where the device has them, else fp16 MMAs after conversion.
       // 4 warps of 16 channels: the FP8 variant needs ~150 registers (24 x 16-byte loads in

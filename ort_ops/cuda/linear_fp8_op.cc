@@ -22,7 +22,7 @@ namespace pyquant {
 Fp8Options CudaFp8Options() {
   Fp8Options o;
   if (const char* v = EnvValue("PYQUANT_FP8_SM90_MIN_M")) {
-    o.sm90_min_m = o.sm90_min_m_small = std::strtoll(v, nullptr, 10);
+    o.sm90_min_m = o.sm90_min_m_small = o.sm90_min_m_narrow = std::strtoll(v, nullptr, 10);
   }
   o.gemv = EnvChoice("PYQUANT_FP8_GEMV",
                      {"auto", "mma", "swap", "fused", "fused1", "fused2", "fused3", "fused4", "mmasplit"}, 0);

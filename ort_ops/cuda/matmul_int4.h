@@ -96,7 +96,9 @@ size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m 
                                 const Int4Sm90Prepared* sm90 = nullptr);
 // gemv_variant: the M <= 8 kernel variant (matmul_int4_impl.cu), -1 = the default choice.
 // pdl: programmatic dependent launch of the fast kernels (cuda/pdl.h; the sm90 GEMM: sm90/launch_control.h).
-// mid_variant: the 9 <= M <= 64 kernel variant (matmul_int4_impl.cu), -1 = the default choice.
+// mid_variant: the 9 <= M <= 64 kernel variant (matmul_int4_impl.cu), -1 = the default choice,
+// kInt4MidNoKSplit = the default without the narrow-layer K split (benchmarks).
+constexpr int kInt4MidNoKSplit = -2;
 template <typename T>
 cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, int64_t tiled_min_m = kInt4TiledMinM,
                              Int4Workspace ws = {}, const Int4Sm90Prepared* sm90 = nullptr, int gemv_variant = -1,

@@ -410,8 +410,7 @@ void LaunchGemvVariant(int v, const T* x, const uint8_t* b, const T* s, const ui
 //   9: NT 4, 16 warps, U 1, prefetch (MT 2: none; MT 4: NT 1, none): variant 3 with twice the warps per SM (Nsight
 //     Compute on variant 3 at M = 16, 4096 x 4096: 8 warps per SM, 0.44 eligible warps per
 //     scheduler, 19 % of DRAM bandwidth: latency-bound, …-s6-ncu-int4-m16.txt)
-//   10: variant 3 in sm_90 clusters of kS = 2 / 4 / 8 CTAs splitting K (ClusterKSplitFor), for narrow
-//     layers (0.46-0.98x torch fp16 at M = 16 by default, …-s17-narrow-bench-cuda.md); to measure.
+//   10: variant 3 in sm_90 clusters of kS = 2 / 4 / 8 CTAs splitting K (ClusterKSplitFor): narrow layers
 constexpr int kMidRingFirst = 5;
 constexpr int kMid16Warps = kMidRingFirst + kInt4RingVariants;  // 9
 constexpr int kMidKSplit = kMid16Warps + 1;                     // 10
@@ -426,8 +425,23 @@ constexpr int kMidVariants = kMidKSplit + 1;
 // and spills there, 45.8). Variant 0, the first version, was 2-5x slower from M = 32 on.
 bool WideShortRows(const MatMulInt4Problem& p) { return p.attrs.k <= 4096 && p.attrs.n >= 8192; }
 
-int MidVariantFor(const MatMulInt4Problem& p, int requested) {
+// Narrow layers (session 18): variant 10 at M = 5..32 where variant 3 has at most SMs / 8 CTAs
+// (N <= 512 on an H100). H100, M = 8 / 16 / 32, …-s18-ksplit-narrow-bench-cuda.md: 14336 x 512
+// 12.8 / 13.8 / 17.7 us vs 17.8 / 21.7 / 27.4 without (GEMV at M = 8, else variant 9); 4096 x 512
+// 4.2 / 4.8 / 6.2 vs 5.3 / 7.3 / 9.1. Slower at N = 1024 (M = 16, 8192 x 1024: 14.7 vs 13.4).
+// requested = kInt4MidNoKSplit ("nosplit"): the choice without this rule (benchmarks).
+bool MidKSplitByDefault(const MatMulInt4Problem& p, const Int4Geom& g, int requested) {
+  if (requested != -1 || p.m < 5 || p.m > 32) return false;
+  const dim3 grid = SmallMGrid(g, 4, p.m <= 16 ? 1 : 2);  // variant 3's CTAs
+  const int64_t ctas = int64_t(grid.x) * grid.y;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || ctas * 8 > CudaSmCount(dev)) return false;
+  return ClusterKSplitFor(ctas, g.n_chunks, 8) > 1;
+}
+
+int MidVariantFor(const MatMulInt4Problem& p, const Int4Geom& g, int requested) {
   if (requested >= 0 && requested < kMidVariants) return requested;
+  if (MidKSplitByDefault(p, g, requested)) return kMidKSplit;
   if (WideShortRows(p) && p.m <= 16) return kMidRingFirst;
   return p.m <= 32 ? kMid16Warps : 3;
 }
@@ -645,21 +659,24 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
       case Int4Path::kSmallM8:
         // A pinned mid variant also serves M = 5..8 (benchmarks); by default the ring kernel does on
         // wide layers with short rows (4096 x 14336: 21.8 / 22.2 us at M = 5 / 8 against 24.5 / 27.7).
-        if (p.m > 4 && (mid_variant >= 0 || (gemv_variant < 0 && WideShortRows(p)))) {
-          LaunchMidVariant<T, 1>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+        // So does variant 10 on narrow layers (MidKSplitByDefault).
+        if (p.m > 4 && (mid_variant >= 0 ||
+                        (gemv_variant < 0 && (WideShortRows(p) || MidKSplitByDefault(p, g, mid_variant))))) {
+          LaunchMidVariant<T, 1>(MidVariantFor(p, g, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl,
+                                 stream);
           break;
         }
         LaunchGemvVariant<T>(GemvVariantFor(p, gemv_variant), x, p.b, s, p.zero_points, bias, y, g, pdl,
                              stream);
         break;
       case Int4Path::kSmallM16:
-        LaunchMidVariant<T, 1>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+        LaunchMidVariant<T, 1>(MidVariantFor(p, g, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
         break;
       case Int4Path::kSmallM32:
-        LaunchMidVariant<T, 2>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+        LaunchMidVariant<T, 2>(MidVariantFor(p, g, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
         break;
       case Int4Path::kSmallM64:
-        LaunchMidVariant<T, 4>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+        LaunchMidVariant<T, 4>(MidVariantFor(p, g, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
         break;
       default: {
         const int split = TiledSplitK(p);

@@ -21,9 +21,8 @@ struct Fp8Workspace {
 size_t LinearFp8WorkspaceBytes(const LinearFp8Problem& p);
 // Smallest M sent to the Hopper GEMM (below it the small-M mma.sync kernel streams W once).
 constexpr int64_t kFp8Sm90MinM = 17;
-// The same on narrow layers (Fp8Options::sm90_min_m_narrow): M = 17..32 is the mma kernel's MT = 2
-// tile, one grid row (W streamed once).
-constexpr int64_t kFp8Sm90MinMNarrow = 33;
+// The same on narrow layers (Fp8Options::sm90_min_m_narrow).
+constexpr int64_t kFp8Sm90MinMNarrow = 65;
 // Largest M at which the quantizer lets the PDL-launched Hopper GEMM start at once; above it the
 // GEMM waits for the quantizer's late trigger (Fp8Options::gemm_pdl_late) or is not PDL-launched.
 constexpr int64_t kFp8GemmPdlEarlyMaxM = 512;
@@ -43,9 +42,12 @@ struct Fp8Options {
   // M = 17 / 24 / 32 (…-s6-fp8min17-bench-cuda.md). PYQUANT_FP8_SM90_MIN_M sets both.
   int64_t sm90_min_m_small = kFp8Sm90MinM;
   // Narrow layers, where the small-M mma kernel's ceil(N / 8) x ceil(M / 32) CTAs leave SMs idle so
-  // that it splits K over sm_90 clusters (kFp8GemvMmaSplit), keep that kernel below this M: H100,
-  // 14336 x 512 at M = 32: the Hopper GEMM 25.6 us, 0.41x torch fp16
-  // (bench/results/2026-11-25-h100-s18-ksplit-narrow-bench-cuda.md). PYQUANT_FP8_SM90_MIN_M sets it too.
+  // that it splits K over sm_90 clusters (kFp8GemvMmaSplit), keep that kernel below this M. H100,
+  // bench/results/2026-11-25-h100-s18-narrow-default-bench-cuda.md (column sm90min65 = this rule):
+  // 14336 x 512 at M = 32 / 64: 13.6 / 23.0 us against 25.7 / 26.0 for the Hopper GEMM; 4096 x 256:
+  // 6.8 / 8.1 against 10.4 / 10.6. At N = 1024 and M > 32 the mma kernel has 2 x 128 CTAs, no
+  // split, and the GEMM is faster (8192 x 1024, M = 64: 16.9 vs 23.5 us), so the rule leaves it
+  // there. PYQUANT_FP8_SM90_MIN_M sets this too.
   int64_t sm90_min_m_narrow = kFp8Sm90MinMNarrow;
   // PYQUANT_FP8_GEMV: small-M kernel.
   //   0 "auto": the fused GEMV (linear_fp8_gemv.h) at M <= 2 where it fits, else "mmasplit".

@@ -407,41 +407,41 @@ void LaunchGemvVariant(int v, const T* x, const uint8_t* b, const T* s, const ui
 //   4: NT 8, 4 warps, U 1, no prefetch (MT 4: NT 2, 8 warps, U 1, prefetch)
 //   5..8: the ring kernel (matmul_int4_ring_impl.cu: weights through a per-warp cp.async ring in
 //     shared memory) variants 0..3
-//   9: NT 4, 16 warps, U 1, prefetch (MT 2: none; MT 4: NT 1, none): variant 3 with twice the warps per SM (Nsight
-//     Compute on variant 3 at M = 16, 4096 x 4096: 8 warps per SM, 0.44 eligible warps per
-//     scheduler, 19 % of DRAM bandwidth: latency-bound, …-s6-ncu-int4-m16.txt)
+//   9: NT 4, 16 warps, U 1, prefetch (MT 2: none; MT 4: NT 1, none): variant 3 with twice the warps
+//     per SM (variant 3 at M = 16 on 4096^2 is latency-bound: …-s6-ncu-int4-m16.txt)
 //   10: variant 3 in sm_90 clusters of kS = 2 / 4 / 8 CTAs splitting K (ClusterKSplitFor): narrow layers
 constexpr int kMidRingFirst = 5;
 constexpr int kMid16Warps = kMidRingFirst + kInt4RingVariants;  // 9
 constexpr int kMidKSplit = kMid16Warps + 1;                     // 10
 constexpr int kMidVariants = kMidKSplit + 1;
 
-// Default (H100, bench/results/2026-11-22-h100-s6-mid-bench-cuda.md, …-s6-ring-bench-cuda.md,
-// …-s6-mid9-bench-cuda.md): the ring kernel (variant 5) on wide layers with short rows up to
-// M = 16 (4096 x 14336, K x N: 21.8 / 22.2 / 23.5 us at M = 5 / 8 / 16 against 24.5 / 27.7 / 29.4
-// before); else variant 9 up to M = 32 (M = 16: 8.9 / 25.2 / 30.2 us on 4096 x 4096,
-// 14336 x 4096, 8192 x 8192 against 10.0 / 31.4 / 35.9 for variant 3; 4096 x 4096 at M = 32:
-// 10.5 vs 14.0) and variant 3 above (4096 x 4096 at M = 48: 19.0 us; variant 9 has no prefetch
-// and spills there, 45.8). Variant 0, the first version, was 2-5x slower from M = 32 on.
+// Default (H100, bench/results/2026-11-22-h100-s6-{mid,ring,mid9}-bench-cuda.md): the ring kernel
+// (variant 5) on wide layers with short rows up to M = 16 (4096 x 14336, K x N: 21.8 / 22.2 / 23.5
+// us at M = 5 / 8 / 16 vs 24.5 / 27.7 / 29.4 before); else variant 9 up to M = 32 (M = 16: 8.9 /
+// 25.2 / 30.2 us on 4096^2, 14336 x 4096, 8192^2 vs 10.0 / 31.4 / 35.9 for variant 3) and variant
+// 3 above (4096^2 at M = 48: 19.0 us; variant 9 spills there, 45.8).
 bool WideShortRows(const MatMulInt4Problem& p) { return p.attrs.k <= 4096 && p.attrs.n >= 8192; }
 
-// Narrow layers (session 18): variant 10 at M = 5..32 where variant 3 has at most SMs / 8 CTAs
-// (N <= 512 on an H100). H100, M = 8 / 16 / 32, …-s18-ksplit-narrow-bench-cuda.md: 14336 x 512
-// 12.8 / 13.8 / 17.7 us vs 17.8 / 21.7 / 27.4 without (GEMV at M = 8, else variant 9); 4096 x 512
-// 4.2 / 4.8 / 6.2 vs 5.3 / 7.3 / 9.1. Slower at N = 1024 (M = 16, 8192 x 1024: 14.7 vs 13.4).
-// requested = kInt4MidNoKSplit ("nosplit"): the choice without this rule (benchmarks).
-bool MidKSplitByDefault(const MatMulInt4Problem& p, const Int4Geom& g, int requested) {
-  if (requested != -1 || p.m < 5 || p.m > 32) return false;
-  const dim3 grid = SmallMGrid(g, 4, p.m <= 16 ? 1 : 2);  // variant 3's CTAs
-  const int64_t ctas = int64_t(grid.x) * grid.y;
+// Narrow layers (s18): variant 10 at M = 5..64 (also before the Hopper GEMM) where variant 3 has
+// <= SMs / 8 CTAs (N <= 512 on an H100). H100, M = 8 / 16 / 32 (…-s18-narrow-default-bench-cuda.md):
+// 14336 x 512 12.9 / 13.8 / 17.7 us vs 17.9 / 21.8 / 27.7 without (GEMV at M = 8, else variant 9).
+// Slower at N = 1024 (…-s18-ksplit-narrow-bench-cuda.md, M = 16, 8192 x 1024: 14.7 vs 13.4 us).
+// kInt4MidNoKSplit ("nosplit"; Int4Sm90Prepared::narrow_k_split): without this rule (benchmarks).
+bool NarrowKSplitLayer(const MatMulInt4Problem& p) {
+  const Int4Geom g = MakeInt4Geom(std::min<int64_t>(p.m, 64), p.attrs);
+  const int64_t ctas = SmallMGrid(g, 4, 4).x;  // variant 3's CTAs: one grid row up to M = 64
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || ctas * 8 > CudaSmCount(dev)) return false;
   return ClusterKSplitFor(ctas, g.n_chunks, 8) > 1;
 }
 
+bool MidKSplitByDefault(const MatMulInt4Problem& p, int requested) {
+  return requested == -1 && p.m >= 5 && p.m <= 64 && NarrowKSplitLayer(p);
+}
+
 int MidVariantFor(const MatMulInt4Problem& p, const Int4Geom& g, int requested) {
   if (requested >= 0 && requested < kMidVariants) return requested;
-  if (MidKSplitByDefault(p, g, requested)) return kMidKSplit;
+  if (MidKSplitByDefault(p, requested)) return kMidKSplit;
   if (WideShortRows(p) && p.m <= 16) return kMidRingFirst;
   return p.m <= 32 ? kMid16Warps : 3;
 }
@@ -577,7 +577,9 @@ Int4Path ChooseInt4Path(const MatMulInt4Problem& p, int64_t tiled_min_m, const I
     const int64_t sm90_min_m = sm90 == nullptr                              ? 0
                                : a.n * a.k >= (int64_t{1} << 25) ? std::min(sm90->min_m, sm90->min_m_large)
                                                                  : sm90->min_m;
-    if (sm90 != nullptr && sm90->scales_t != nullptr && p.m >= sm90_min_m && Sm90ShapeOk<T>(p) &&
+    const bool narrow_mid = sm90 != nullptr && sm90->narrow_k_split && !sm90->b_in_place && p.m <= 64 &&
+                            p.m >= sm90_min_m && Aligned16(p.x) && Aligned16(p.b) && NarrowKSplitLayer(p);
+    if (sm90 != nullptr && sm90->scales_t != nullptr && p.m >= sm90_min_m && !narrow_mid && Sm90ShapeOk<T>(p) &&
         sm90::Int4GemmSupported(Sm90Args<T>(p, sm90), std::is_same<T, __nv_bfloat16>::value)) {
       return Int4Path::kSm90;
     }
@@ -661,7 +663,7 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
         // wide layers with short rows (4096 x 14336: 21.8 / 22.2 us at M = 5 / 8 against 24.5 / 27.7).
         // So does variant 10 on narrow layers (MidKSplitByDefault).
         if (p.m > 4 && (mid_variant >= 0 ||
-                        (gemv_variant < 0 && (WideShortRows(p) || MidKSplitByDefault(p, g, mid_variant))))) {
+                        (gemv_variant < 0 && (WideShortRows(p) || MidKSplitByDefault(p, mid_variant))))) {
           LaunchMidVariant<T, 1>(MidVariantFor(p, g, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl,
                                  stream);
           break;

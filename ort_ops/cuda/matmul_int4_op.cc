@@ -286,6 +286,7 @@ int CudaInt4Sm90Tile() {
 
 Int4Sm90Prepared CudaInt4Sm90Knobs(Int4Sm90Prepared base) {
   base.tile_variant = CudaInt4Sm90Tile();
+  base.narrow_k_split = CudaInt4MidVariant() != kInt4MidNoKSplit;
   // The shuffled weight copy: opt-in (it doubles the node's weight memory), or variant 7.
   base.shuffled_copy = EnvInt("PYQUANT_INT4_SHUFFLED_COPY", 0) != 0 || base.tile_variant == 7;
   if (base.tile_variant == 7) base.tile_variant = 0;

@@ -136,11 +136,11 @@ def main() -> int:
             # sm90 on the last: 64x64 ping-pong, 128x64, 128x128, 128x192 (M = 1601), and from
             # M = 2048 128x256 with the overlapped-promotion mainloop (2049: a partial token tile)
             n_checked += check_fp8(dtype, k, n, blk, (1, 3, 9, 17, 40, 70, 100, 520, 1601, 2049))
-        # the small-M mma kernel in clusters that split K (PYQUANT_FP8_GEMV=mmasplit: kS = 4 here
-        # on an H100), Hopper GEMM off so that it serves M = 17 too
+        # the small-M mma kernel in clusters that split K (the default on narrow layers; kS = 4 here
+        # on an H100), Hopper GEMM off so that it serves M = 17 and two grid rows (40, 64) too
         if dtype != "float32" and "fp8" in only:
             with knobs({"PYQUANT_FP8_GEMV": "mmasplit", "PYQUANT_FP8_SM90_MIN_M": str(1 << 40)}):
-                n_checked += check_fp8(dtype, 1024, 40, 0, (3, 9, 17))
+                n_checked += check_fp8(dtype, 1024, 40, 0, (3, 9, 17, 40, 64))
     print(f"memcheck_smoke: {n_checked} runs matched the reference")
     return 0
 

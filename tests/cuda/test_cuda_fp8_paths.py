@@ -103,8 +103,8 @@ def test_fp8_mma_k_split(rng, dtype, block_size, x_scale, kn):
 @pytest.mark.parametrize("kn", [(4096, 520), (1008, 264), (48, 200), (6160, 8)])
 def test_fp8_sm90_shapes(rng, dtype, x_scale, with_bias, kn):
     """M > 16, per-channel: the Hopper GEMM on sm_90 (the warp-per-row quantizer in front) from
-    M = 17, or from M = 33 on narrow layers where the mma.sync kernel below splits K (all of these
-    but K = 48); data-parallel tiles up to M = 256 (decomposition "auto")."""
+    M = 17, or from M = 65 on narrow layers where the mma.sync kernel below splits K (all of these
+    but K = 48; N = 520: from 33); data-parallel tiles up to M = 256 (decomposition "auto")."""
     k, n = kn
     model, w8, ws, bias_t = _fp8_case(rng, k, n, 0, dtype, x_scale, with_bias)
     sess = _fp8_session(model)
@@ -116,13 +116,15 @@ def test_fp8_sm90_shapes(rng, dtype, x_scale, with_bias, kn):
 @pytest.mark.parametrize("gemv", [None, "mma"])
 @pytest.mark.parametrize("kn", [(4096, 200), (16400, 40), (8192, 1000), (1008, 264)])
 def test_fp8_default_narrow(rng, dtype, block_size, gemv, kn):
-    """The default on narrow layers (ceil(N / 8) CTAs leave SMs idle): the fused GEMV at M <= 2, the
-    mma.sync kernel with its cluster K split at M = 3..32, the Hopper GEMM (per-channel, sm_90) from
-    M = 33; PYQUANT_FP8_GEMV=mma: no split, the GEMM from M = 17 (the choice before session 18)."""
+    """The default on narrow layers (the mma kernel's ceil(N / 8) x ceil(M / 32) CTAs leave SMs
+    idle): the fused GEMV at M <= 2, the mma.sync kernel with its cluster K split at M = 3..64, the
+    Hopper GEMM (per-channel, sm_90) from 65 (N = 1000: from 33, where 2 x 125 CTAs fill an H100);
+    PYQUANT_FP8_GEMV=mma: no split, the GEMM from M = 17 (the choice before session 18)."""
     k, n = kn
     model, w8, ws, bias_t = _fp8_case(rng, k, n, block_size, dtype, None, True)
     sess = _fp8_session(model, env={"PYQUANT_FP8_GEMV": gemv} if gemv else None)
-    _check_fp8(sess, rng, [1, 2, 3, 8, 16, 17, 32, 33, 64], k, n, dtype, w8, ws, block_size, None, bias_t)
+    m_list = [1, 2, 3, 8, 16, 17, 32, 33, 48, 64, 65]
+    _check_fp8(sess, rng, m_list, k, n, dtype, w8, ws, block_size, None, bias_t)
 
 
 # The GEMM launch knob of linear_fp8.h: by default the Hopper GEMM follows the quantizer under PDL

@@ -61,9 +61,11 @@ def test_int4_mid_default_wide_short_rows(rng, dtype, symmetric):
 @pytest.mark.parametrize("kn", [(4096, 264), (14336, 500), (2048, 40)])
 def test_int4_mid_default_narrow(rng, dtype, symmetric, mid, kn):
     """The default dispatch on narrow layers (variant 3 has at most SMs / 8 CTAs: N <= 512 on an
-    H100): variant 10's cluster K split at M = 5..32 (the GEMV at M <= 4), the mid kernels above;
-    PYQUANT_INT4_MID_VARIANT=nosplit: the choice without that rule (GEMV to M = 8, variant 9)."""
+    H100): variant 10's cluster K split at M = 5..64, also where the Hopper GEMM would start (49);
+    the GEMV at M <= 4. PYQUANT_INT4_MID_VARIANT=nosplit: the choice without that rule (the GEMV
+    to M = 8, variant 9 to 32, variant 3, the Hopper GEMM from 49 on sm_90)."""
     k, n = kn
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, 128, dtype, symmetric, True)
     sess = _session(model, env={"PYQUANT_INT4_MID_VARIANT": mid} if mid else None)
-    _check_int4(sess, rng, [3, 4, 5, 7, 8, 9, 16, 17, 32, 33, 64], k, n, 128, dtype, b, scales_t, zp, bias_t)
+    m_list = [3, 4, 5, 7, 8, 9, 16, 17, 32, 33, 48, 49, 64, 65]
+    _check_int4(sess, rng, m_list, k, n, 128, dtype, b, scales_t, zp, bias_t)

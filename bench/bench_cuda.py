@@ -184,8 +184,11 @@ METHOD_ENV = {
     # kernel, sm90 GEMM tiles (FastAccum 128x128 / 128x256, 2x1 clusters; fp16 output) and
     # scheduler knobs; sm90min<M>: the GEMM from M on (the portable kernels below it).
     "pyquant_fp8_swap": {"PYQUANT_FP8_GEMV": "swap"},
+    # the small-M mma kernel without its cluster K split, the Hopper GEMM from M = 17 on narrow
+    # layers too (the default before session 18)
     "pyquant_fp8_mma": {"PYQUANT_FP8_GEMV": "mma"},
-    # the mma kernel in sm_90 clusters that split K, for narrow layers (ort_ops/cuda/linear_fp8.h)
+    # the mma kernel with the split (ort_ops/cuda/linear_fp8.h): the default at M >= 3, and at
+    # M <= 2 too in place of the fused GEMV
     "pyquant_fp8_mmasplit": {"PYQUANT_FP8_GEMV": "mmasplit"},
     **{f"pyquant_fp8_fused{i}": {"PYQUANT_FP8_GEMV": "fused" if i == 0 else f"fused{i}"} for i in range(5)},
     **{f"pyquant_fp8_{t}": {"PYQUANT_FP8_SM90_TILE": t} for t in FP8_SM90_TILES},

@@ -439,7 +439,7 @@ bool MidKSplitByDefault(const MatMulInt4Problem& p, int requested) {
   return requested == -1 && p.m >= 5 && p.m <= 64 && NarrowKSplitLayer(p);
 }
 
-int MidVariantFor(const MatMulInt4Problem& p, const Int4Geom& g, int requested) {
+int MidVariantFor(const MatMulInt4Problem& p, int requested) {
   if (requested >= 0 && requested < kMidVariants) return requested;
   if (MidKSplitByDefault(p, requested)) return kMidKSplit;
   if (WideShortRows(p) && p.m <= 16) return kMidRingFirst;
@@ -659,26 +659,25 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
     T* y = static_cast<T*>(p.y);
     switch (path) {
       case Int4Path::kSmallM8:
-        // A pinned mid variant also serves M = 5..8 (benchmarks); by default the ring kernel does on
-        // wide layers with short rows (4096 x 14336: 21.8 / 22.2 us at M = 5 / 8 against 24.5 / 27.7).
-        // So does variant 10 on narrow layers (MidKSplitByDefault).
+        // A pinned mid variant also serves M = 5..8 (benchmarks); by default the ring kernel does on wide
+        // layers with short rows (4096 x 14336: 21.8 / 22.2 us at M = 5 / 8 vs 24.5 / 27.7), variant 10 on
+        // narrow ones (MidKSplitByDefault).
         if (p.m > 4 && (mid_variant >= 0 ||
                         (gemv_variant < 0 && (WideShortRows(p) || MidKSplitByDefault(p, mid_variant))))) {
-          LaunchMidVariant<T, 1>(MidVariantFor(p, g, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl,
-                                 stream);
+          LaunchMidVariant<T, 1>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
           break;
         }
         LaunchGemvVariant<T>(GemvVariantFor(p, gemv_variant), x, p.b, s, p.zero_points, bias, y, g, pdl,
                              stream);
         break;
       case Int4Path::kSmallM16:
-        LaunchMidVariant<T, 1>(MidVariantFor(p, g, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+        LaunchMidVariant<T, 1>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
         break;
       case Int4Path::kSmallM32:
-        LaunchMidVariant<T, 2>(MidVariantFor(p, g, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+        LaunchMidVariant<T, 2>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
         break;
       case Int4Path::kSmallM64:
-        LaunchMidVariant<T, 4>(MidVariantFor(p, g, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+        LaunchMidVariant<T, 4>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
         break;
       default: {
         const int split = TiledSplitK(p);

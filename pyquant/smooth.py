@@ -33,6 +33,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from pyquant.quantize import _call_model
+
 __all__ = ["SmoothGroup", "SmoothReport", "smooth_model", "find_smooth_groups", "AUTO_ALPHAS"]
 
 LLAMA_TYPES = ("llama", "mistral", "qwen2", "qwen3")
@@ -197,19 +199,10 @@ def find_smooth_groups(model: nn.Module) -> tuple[str, list[SmoothGroup]]:
 # --- statistics -------------------------------------------------------------------------------------
 
 
-def _call(model: nn.Module, batch: Any) -> None:
-    if isinstance(batch, dict):
-        model(**batch)
-    elif isinstance(batch, (tuple, list)):
-        model(*batch)
-    else:
-        model(batch)
-
-
 def _run(model: nn.Module, batches: Iterable[Any], forward_fn: Callable | None) -> None:
     with torch.no_grad():
         for b in batches:
-            (forward_fn or _call)(model, b)
+            (forward_fn or _call_model)(model, b)
 
 
 def _fp8_sim(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

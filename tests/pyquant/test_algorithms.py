@@ -19,6 +19,7 @@ from pyquant.calibration_data import sentence_batches, text_batches, token_windo
 from pyquant.config import Fp8Config, Int4Config, QuantizeConfig, config_from_dict
 from pyquant.export import export
 from pyquant.quantize import quantize
+from tests.pyquant.ort_session import cpu_session
 from tests.pyquant.tiny_models import tiny_llama
 
 
@@ -159,14 +160,6 @@ def test_awq_fallback_without_foldable_predecessor(caplog) -> None:
     assert "no scale migration" in caplog.text
 
 
-def _session(path):  # noqa: ANN001, ANN202
-    ort = pytest.importorskip("pyquant.ort")
-    try:
-        return ort.make_session(path, providers=("cpu",))
-    except Exception as e:  # the op library is not built / installed
-        pytest.skip(f"pyquant op library unavailable: {e}")
-
-
 # Every algorithm, symmetric and asymmetric, K not a multiple of the block (300 % 256, 72 % 64, ...),
 # block sizes 16..256, in one model (one export keeps the test fast).
 ORT_LAYERS = [
@@ -192,7 +185,7 @@ def test_ort_op_accepts_layouts_and_matches_torch(tmp_path) -> None:
     q = quantize(copy.deepcopy(m), cfg, calibration_data=[x_cal[:32], x_cal[32:]])
     assert len(q.pyquant_summary.quantized) == len(ORT_LAYERS)
     export(q, (torch.randn(2, 3, 300),), tmp_path / "m.onnx")
-    sess = _session(tmp_path / "m.onnx")
+    sess = cpu_session(tmp_path / "m.onnx")
     x = torch.randn(3, 5, 300)
     y = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
     with torch.no_grad():

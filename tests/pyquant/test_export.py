@@ -13,6 +13,7 @@ from pyquant.config import Fp8Config, Int4Config, QuantizeConfig
 from pyquant.export import ExportError, export, verify_onnx_model
 from pyquant.modules import Int4Linear
 from pyquant.quantize import quantize
+from tests.pyquant.ort_session import cpu_session
 from tests.pyquant.tiny_models import tiny_llama
 
 FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
@@ -42,14 +43,6 @@ CFG = QuantizeConfig(
 def _quantized_block(dtype: torch.dtype = torch.float32) -> nn.Module:
     torch.manual_seed(0)
     return quantize(Block(), CFG, calibration_data=[torch.randn(16, 96)]).to(dtype).eval()
-
-
-def _session(path):  # noqa: ANN001, ANN202
-    ort = pytest.importorskip("pyquant.ort")
-    try:
-        return ort.make_session(path, providers=("cpu",))
-    except Exception as e:  # the op library is not built / installed
-        pytest.skip(f"pyquant op library unavailable: {e}")
 
 
 def test_graph_structure(tmp_path) -> None:
@@ -83,7 +76,7 @@ def test_graph_structure(tmp_path) -> None:
 def test_ort_matches_torch(tmp_path, dtype: torch.dtype) -> None:
     m = _quantized_block(dtype)
     export(m, (torch.randn(2, 5, 96, dtype=dtype),), tmp_path / "m.onnx")
-    sess = _session(tmp_path / "m.onnx")
+    sess = cpu_session(tmp_path / "m.onnx")
     for shape in [(2, 5, 96), (1, 1, 96), (3, 17, 96)]:  # dynamic batch and sequence
         x = torch.randn(*shape, dtype=dtype)
         y = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
@@ -108,7 +101,7 @@ def test_tiny_hf_llama_exports_and_runs(tmp_path) -> None:
     ids = torch.randint(0, 128, (2, 8))
     rep = export(wrapped, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, tmp_path / "llama.onnx")
     assert rep.op_counts == {"MatMulInt4": 12, "LinearFp8": 2}
-    sess = _session(tmp_path / "llama.onnx")
+    sess = cpu_session(tmp_path / "llama.onnx")
     ids = torch.randint(0, 128, (3, 11))
     mask = torch.ones_like(ids)
     y = sess.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
@@ -143,7 +136,7 @@ def test_external_data(tmp_path) -> None:
     m = _quantized_block()
     rep = export(m, (torch.randn(2, 5, 96),), tmp_path / "ext.onnx", external_data=True)
     assert rep.external_data and (tmp_path / "ext.onnx.data").is_file()
-    sess = _session(tmp_path / "ext.onnx")
+    sess = cpu_session(tmp_path / "ext.onnx")
     x = torch.randn(2, 3, 96)
     y = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
     np.testing.assert_allclose(y, m(x).detach().numpy(), atol=1e-4, rtol=1e-4)

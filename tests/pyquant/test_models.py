@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from pyquant.models import MissingModelPackage, get_recipe
+from tests.pyquant.ort_session import cpu_session
 
 pytestmark = pytest.mark.models
 
@@ -32,15 +33,6 @@ def minilm():  # noqa: ANN201
 @pytest.fixture(scope="module")
 def smollm2():  # noqa: ANN201
     return _load("smollm2")
-
-
-def _session(path):  # noqa: ANN001, ANN202
-    try:
-        import pyquant.ort
-
-        return pyquant.ort.make_session(path, providers=("cpu",))
-    except Exception as e:
-        pytest.skip(f"pyquant op library unavailable: {e}")
 
 
 # Thresholds sit just under what RTN measures (bench/results/2026-11-22-cpu-accuracy-minilm.md:
@@ -66,7 +58,7 @@ def test_minilm_ort_embeddings(minilm, tmp_path, scheme: str, min_cos: float) ->
     assert (
         rep.op_counts.get("MatMulInt4" if scheme == "int4" else "LinearFp8") == 36
     )  # pooler unused: dropped
-    emb = metrics.embed_texts(metrics.ort_forward(_session(rep.path)), tok, texts, max_len=64)
+    emb = metrics.embed_texts(metrics.ort_forward(cpu_session(rep.path)), tok, texts, max_len=64)
     assert metrics.mean_cosine(emb, ref) > min_cos
     n = len(bbc.train_texts)
     acc_f = metrics.classification_accuracy(ref[:n], bbc.train_labels, ref[n:], bbc.test_labels)
@@ -111,7 +103,7 @@ def test_smollm2_export_graph(smollm2, tmp_path) -> None:  # noqa: ANN001
     wrapped = recipe.wrap(small)
     rep = export(wrapped, _example_inputs(), tmp_path / "smol2.onnx")
     assert rep.op_counts == {"LinearFp8": 14}
-    sess = _session(rep.path)
+    sess = cpu_session(rep.path)
     ids = torch.randint(0, 49152, (2, 33))
     mask = torch.ones_like(ids)
     y = sess.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]

@@ -21,7 +21,8 @@ from pyquant.export import export
 from pyquant.modules import Fp8Linear, Int4Linear
 from pyquant.ops_spec import DOMAIN, FP8_OP, INT4_OP
 from pyquant.quantize import load_quantized, quantize, quantized_layers, save_quantized
-from tests.pyquant.test_export import Block, _session  # the same small transformer-like block
+from tests.pyquant.ort_session import cpu_session
+from tests.pyquant.test_export import Block  # the same small transformer-like block
 
 K, N = 200, 48  # K is a multiple of no block size: every per-block case has a padded last block
 
@@ -149,7 +150,7 @@ def test_single_layer_round_trip(tmp_path, scheme: str, dtype: str) -> None:
     counts = _check_initializers(loaded, tmp_path / "m.onnx")
     assert counts == {INT4_OP if isinstance(cfg, Int4Config) else FP8_OP: 1}
 
-    sess = _session(tmp_path / "m.onnx")
+    sess = cpu_session(tmp_path / "m.onnx")
     x = (torch.randn(3, 7, K, generator=g) * 2).to(tdtype)
     y_ort = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0].astype(np.float64)
     with torch.no_grad():
@@ -183,7 +184,7 @@ def test_mixed_model_round_trip_bit_identical(tmp_path, external_data: bool) -> 
     # The float head comes from the checkpoint too (not from the fresh model's own init).
     assert torch.equal(loaded.head.weight, q.head.weight) and isinstance(loaded.head, nn.Linear)
 
-    sess = _session(tmp_path / "m.onnx")
+    sess = cpu_session(tmp_path / "m.onnx")
     x = torch.randn(3, 11, 96, generator=g)
     y = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
     with torch.no_grad():

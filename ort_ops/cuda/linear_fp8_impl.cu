@@ -216,7 +216,7 @@ __device__ __forceinline__ uint4 LoadActivation16(const void* p) {
 //   float, bias [N] T or nullptr, y [M, N] T. kBlockScale: w_scale per 2^bs_log2-wide K block.
 //   kLow8 (M <= 8, MT == 1): rows g + 8 of the MMA tile are all padding, so their activation
 //   loads and registers are dropped (more CTAs per SM, so more weight bytes in flight).
-//   kS > 1 (sm_90, PYQUANT_FP8_GEMV=mmasplit): clusters of kS CTAs split the K range of one
+//   kS > 1 (sm_90; "auto" / "mmasplit", Fp8MmaClusterSplit): clusters of kS CTAs split the K range of one
 //   8-channel tile (rank = blockIdx.x % kS; worker (warp, rank) takes chunks worker,
 //   worker + kWarps * kS, ...), summed in rank order by ReduceMmaTiles: for narrow layers,
 //   where ceil(N / 8) CTAs leave SMs idle (N = 512: 64 CTAs).
@@ -509,9 +509,10 @@ dim3 Fp8MmaGrid(const LinearFp8Problem& p, int mt) {
 // Whether the mma kernel splits K where its CTAs leave SMs idle ("auto" / "mmasplit").
 bool Fp8KSplitOn(const Fp8Options& opt) { return opt.gemv == 0 || opt.gemv == kFp8GemvMmaSplit; }
 
-// Cluster size kS of that kernel's K split (1: none) at MT = 1 up to M = 16, else 2.
-int Fp8MmaClusterSplit(const LinearFp8Problem& p) {
-  const dim3 grid = Fp8MmaGrid(p, p.m <= 16 ? 1 : 2);
+// Cluster size kS of that kernel's K split at M tile MT (1: none): the launch and the Hopper GEMM
+// decision ask the same rule. MT = 1 up to M = 16, else 2 (LaunchLinearFp8Impl).
+int Fp8MmaClusterSplit(const LinearFp8Problem& p, int mt) {
+  const dim3 grid = Fp8MmaGrid(p, mt);
   return ClusterKSplitFor(int64_t(grid.x) * grid.y, static_cast<int>((p.k + 63) / 64), 4);
 }
 
@@ -522,7 +523,7 @@ bool Sm90Candidate(const LinearFp8Problem& p, const Fp8Options& opt, int* device
   int64_t min_m = p.n * p.k < (int64_t{1} << 25) ? opt.sm90_min_m_small : opt.sm90_min_m;
   // Narrow layers: the mma kernel with its K split below sm90_min_m_narrow (only asked where it
   // matters: the split needs the device's SM count).
-  if (p.m < opt.sm90_min_m_narrow && p.m >= min_m && Fp8KSplitOn(opt) && Fp8MmaClusterSplit(p) > 1) {
+  if (p.m < opt.sm90_min_m_narrow && p.m >= min_m && Fp8KSplitOn(opt) && Fp8MmaClusterSplit(p, p.m <= 16 ? 1 : 2) > 1) {
     min_m = opt.sm90_min_m_narrow;
   }
   if (std::is_same<T, float>::value) return false;  // fp16 / bf16 output only
@@ -627,7 +628,7 @@ bool Fp8FastPath(const LinearFp8Problem& p) {
   return true;
 }
 
-// k_split (PYQUANT_FP8_GEMV=mmasplit; fp16 / bf16): clusters of ClusterKSplitFor CTAs split K.
+// k_split (Fp8KSplitOn; fp16 / bf16): clusters of Fp8MmaClusterSplit CTAs split K.
 template <typename T, int MT, bool kBlock, bool kLow8 = false>
 void LaunchFp8Mma(const LinearFp8Problem& p, const uint8_t* xq, const float* s_x, const Fp8Geom& g, PdlMode pdl,
                   cudaStream_t stream, bool k_split = false) {
@@ -639,8 +640,7 @@ void LaunchFp8Mma(const LinearFp8Problem& p, const uint8_t* xq, const float* s_x
                                pdl.launch, xq, s_x, p.w, p.w_scale, static_cast<const T*>(p.bias),
                                static_cast<T*>(p.y), g, pdl.weights_early);
   };
-  const int ks = k_split && !std::is_same<T, float>::value ? ClusterKSplitFor(int64_t(grid.x) * grid.y, g.n_chunks, 4)
-                                                          : 1;
+  const int ks = k_split && !std::is_same<T, float>::value ? Fp8MmaClusterSplit(p, MT) : 1;
   if constexpr (!std::is_same<T, float>::value) {
     if (ks == 8) return launch(std::integral_constant<int, 8>());
     if (ks == 4) return launch(std::integral_constant<int, 4>());

@@ -422,17 +422,20 @@ constexpr int kMidVariants = kMidKSplit + 1;
 // 3 above (4096^2 at M = 48: 19.0 us; variant 9 spills there, 45.8).
 bool WideShortRows(const MatMulInt4Problem& p) { return p.attrs.k <= 4096 && p.attrs.n >= 8192; }
 
-// Narrow layers (s18): variant 10 at M = 5..64 (also before the Hopper GEMM) where variant 3 has
-// <= SMs / 8 CTAs (N <= 512 on an H100). H100, M = 8 / 16 / 32 (…-s18-narrow-default-bench-cuda.md):
-// 14336 x 512 12.9 / 13.8 / 17.7 us vs 17.9 / 21.8 / 27.7 without (GEMV at M = 8, else variant 9).
-// Slower at N = 1024 (…-s18-ksplit-narrow-bench-cuda.md, M = 16, 8192 x 1024: 14.7 vs 13.4 us).
-// kInt4MidNoKSplit ("nosplit"; Int4Sm90Prepared::narrow_k_split): without this rule (benchmarks).
+// Narrow layers (s18): variant 10 at M = 5..64 (also before the Hopper GEMM) where variant 3 has <= SMs / 8
+// CTAs (N <= 512 on an H100). H100, M = 8 / 16 / 32 (…-s18-narrow-default-bench-cuda.md): 14336 x 512 12.9 /
+// 13.8 / 17.7 us vs 17.9 / 21.8 / 27.7 without (GEMV at M = 8, else variant 9); slower at N = 1024 (M = 16,
+// 8192 x 1024: 14.7 vs 13.4, …-s18-ksplit-narrow-bench-cuda.md). kInt4MidNoKSplit ("nosplit"): without it.
+// Variant 10's cluster size kS at M tile MT: ClusterKSplitFor over variant 3's CTAs (NT 4, 8 warps).
+int MidKSplitFor(const Int4Geom& g, int mt) {
+  const dim3 grid = SmallMGrid(g, 4, mt);
+  return ClusterKSplitFor(int64_t(grid.x) * grid.y, g.n_chunks, 8);
+}
 bool NarrowKSplitLayer(const MatMulInt4Problem& p) {
-  const Int4Geom g = MakeInt4Geom(std::min<int64_t>(p.m, 64), p.attrs);
-  const int64_t ctas = SmallMGrid(g, 4, 4).x;  // variant 3's CTAs: one grid row up to M = 64
+  const Int4Geom g = MakeInt4Geom(std::min<int64_t>(p.m, 64), p.attrs);  // MT 4: one grid row
   int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || ctas * 8 > CudaSmCount(dev)) return false;
-  return ClusterKSplitFor(ctas, g.n_chunks, 8) > 1;
+  if (cudaGetDevice(&dev) != cudaSuccess || int64_t(SmallMGrid(g, 4, 4).x) * 8 > CudaSmCount(dev)) return false;
+  return MidKSplitFor(g, 4) > 1;
 }
 
 bool MidKSplitByDefault(const MatMulInt4Problem& p, int requested) {
@@ -467,9 +470,8 @@ void LaunchMidVariant(int v, const T* x, const uint8_t* b, const T* s, const uin
     case 3:
       LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4>(x, b, s, zp, bias, y, g, pdl, stream);
       break;
-    case kMidKSplit: {
-      const dim3 grid = SmallMGrid(g, 4, MT);  // variant 3's CTAs without the split
-      switch (ClusterKSplitFor(int64_t(grid.x) * grid.y, g.n_chunks, 8)) {
+    case kMidKSplit:
+      switch (MidKSplitFor(g, MT)) {
         case 8:
           LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4, 8>(x, b, s, zp, bias, y, g, pdl, stream);
           break;
@@ -483,7 +485,6 @@ void LaunchMidVariant(int v, const T* x, const uint8_t* b, const T* s, const uin
           LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4>(x, b, s, zp, bias, y, g, pdl, stream);
       }
       break;
-    }
     case kMid16Warps:  // <= 128 registers per thread; MT 2 with prefetch spilled more
       LaunchSmallM<T, MT, 16, 1, true, MT == 1, 1, (kBig ? 1 : 4)>(x, b, s, zp, bias, y, g, pdl, stream);
       break;

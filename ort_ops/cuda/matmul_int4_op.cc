@@ -60,6 +60,7 @@ class MatMulInt4Cuda final : public Kernel {
     pdl_setting_ = CudaPdlSetting();
     sm90_.min_m = CudaInt4Sm90MinM();
     sm90_ = CudaInt4Sm90Knobs(sm90_);
+    sm90_.narrow_k_split = mid_variant_ != kInt4MidNoKSplit;  // "nosplit": the GEMM from its own min M
     if (sm90_.min_m != kInt4Sm90MinM) sm90_.min_m_large = sm90_.min_m;  // an explicit setting wins
     sm90_.shuf.variant = EnvInt("PYQUANT_INT4_SHUF_VARIANT", -1);
     sm90_.shuf.wide_fill = EnvInt("PYQUANT_INT4_WIDE_FILL", kInt4ShuffledWideFill);
@@ -286,7 +287,6 @@ int CudaInt4Sm90Tile() {
 
 Int4Sm90Prepared CudaInt4Sm90Knobs(Int4Sm90Prepared base) {
   base.tile_variant = CudaInt4Sm90Tile();
-  base.narrow_k_split = CudaInt4MidVariant() != kInt4MidNoKSplit;
   // The shuffled weight copy: opt-in (it doubles the node's weight memory), or variant 7.
   base.shuffled_copy = EnvInt("PYQUANT_INT4_SHUFFLED_COPY", 0) != 0 || base.tile_variant == 7;
   if (base.tile_variant == 7) base.tile_variant = 0;

@@ -30,8 +30,9 @@ Methods (fp16 activations):
                     mma.sync kernels that serve GPUs other than sm_90 (not in the default list)
   pyquant_fp8_<variant>  pyquant_fp8 under the environment switches of METHOD_ENV (swap, the Hopper
                     tiles of pyquant/_cuda_knobs.py FP8_SM90_TILES, p128all, p64all, p8, p16, rm2,
-                    rn4, dp, sk, split2/4/8, nondet, sm90min<M>; see
-                    ort_ops/cuda/linear_fp8.h) (not in the default list)
+                    rn4, dp, sk, heur, split2/4/8, nondet, sm90min<M>, fill2 / fill4: the mma
+                    kernel's K split aimed at 2 / 4 CTAs per SM; see ort_ops/cuda/linear_fp8.h)
+                    (not in the default list)
   pyquant_int4_<knob>  the Hopper GEMM's scheduler under PYQUANT_INT4_SM90_* (dp, sk, heur, split2/3/4/8,
                     nondet, sknondet, split2nondet, split4nondet, rm2, rn2; see
                     ort_ops/cuda/env_knobs.h) (not in the default list)
@@ -57,6 +58,9 @@ Methods (fp16 activations):
   pyquant_int4_again  the default again: an A/A control of the noise between methods (not in the default list)
   pyquant_int4_mid<v>  the 9 <= M <= 64 mma.sync kernel variant v (PYQUANT_INT4_MID_VARIANT, 0..10),
                     Hopper GEMM from M = 65 (not in the default list)
+  pyquant_int4_r32 / _mid<v>r32  the same (default variant / variant v) with 32 rows per CTA at
+                    33 <= M <= 64 (PYQUANT_INT4_MID_ROWS=32: two grid rows of MT = 2)
+                    (not in the default list)
   pyquant_int4_nosplit  the default without the narrow-layer cluster K split of session 18
                     (PYQUANT_INT4_MID_VARIANT=nosplit) (not in the default list)
   pyquant_{int4,fp8}_nopdl / _pdllate  programmatic dependent launch off (PYQUANT_CUDA_PDL=0) / on
@@ -202,6 +206,10 @@ METHOD_ENV = {
     "pyquant_fp8_rn4": {"PYQUANT_FP8_SM90_RASTER": "n", "PYQUANT_FP8_SM90_SWIZZLE": "4"},
     "pyquant_fp8_dp": {"PYQUANT_FP8_SM90_DECOMP": "dp"},
     "pyquant_fp8_sk": {"PYQUANT_FP8_SM90_DECOMP": "streamk"},
+    "pyquant_fp8_heur": {"PYQUANT_FP8_SM90_DECOMP": "heuristic"},
+    # the mma kernel's cluster K split aimed at 2 / 4 CTAs per SM (PYQUANT_FP8_KSPLIT_FILL; also which
+    # layers keep it up to M = 64)
+    **{f"pyquant_fp8_fill{f}": {"PYQUANT_FP8_KSPLIT_FILL": str(f)} for f in (2, 4)},
     **{
         f"pyquant_fp8_split{s}": {"PYQUANT_FP8_SM90_DECOMP": "splitk", "PYQUANT_FP8_SM90_SPLITS": str(s)}
         for s in (2, 4, 8)
@@ -218,6 +226,18 @@ METHOD_ENV = {
             **_PLAIN,
         }  # noqa: E501
         for i in range(11)
+    },
+    # the same at 33 <= M <= 64 with 32 rows per CTA (MT = 2, two grid rows; PYQUANT_INT4_MID_ROWS=32):
+    # r32 = the default variant choice there, mid<v>r32 = variant v
+    "pyquant_int4_r32": {"PYQUANT_INT4_MID_ROWS": "32", "PYQUANT_INT4_SM90_MIN_M": "65", **_PLAIN},
+    **{
+        f"pyquant_int4_mid{i}r32": {
+            "PYQUANT_INT4_MID_VARIANT": str(i),
+            "PYQUANT_INT4_MID_ROWS": "32",
+            "PYQUANT_INT4_SM90_MIN_M": "65",
+            **_PLAIN,
+        }
+        for i in (1, 2, 3, 9, 10)
     },
     # Programmatic dependent launch (ort_ops/cuda/pdl.h) off, or on without early weight loads.
     **{

@@ -62,6 +62,9 @@ struct Fp8Options {
   //     (bench/results/2026-11-25-h100-s18-ksplit-narrow-bench-cuda.md). Not at M <= 2: the fused
   //     GEMV is faster there (14336 x 512, M = 1: 8.3 vs 9.2 us).
   int gemv = 0;
+  // PYQUANT_FP8_KSPLIT_FILL (benchmarks): that split's aim, in CTAs per SM (Fp8MmaClusterSplit); it
+  // also sets which layers count as narrow for sm90_min_m_narrow.
+  int k_split_fill = 1;
   // Hopper GEMM knobs (sm90::Fp8GemmTuning, fp8_gemm_sm90.h):
   //   PYQUANT_FP8_SM90_TILE     auto, or a variant's name -> variant 0..16 (the names: the list in
   //                             CudaFp8Options, linear_fp8_op.cc; fp8_gemm_sm90_variants.cu)

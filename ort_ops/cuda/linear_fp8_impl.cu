@@ -511,9 +511,11 @@ bool Fp8KSplitOn(const Fp8Options& opt) { return opt.gemv == 0 || opt.gemv == kF
 
 // Cluster size kS of that kernel's K split at M tile MT (1: none): the launch and the Hopper GEMM
 // decision ask the same rule. MT = 1 up to M = 16, else 2 (LaunchLinearFp8Impl).
-int Fp8MmaClusterSplit(const LinearFp8Problem& p, int mt) {
+// fill (Fp8Options::k_split_fill): split until the grid has fill CTAs per SM instead of one.
+int Fp8MmaClusterSplit(const LinearFp8Problem& p, int mt, int fill) {
   const dim3 grid = Fp8MmaGrid(p, mt);
-  return ClusterKSplitFor(int64_t(grid.x) * grid.y, static_cast<int>((p.k + 63) / 64), 4);
+  const int64_t ctas = int64_t(grid.x) * grid.y;
+  return ClusterKSplitFor((ctas + fill - 1) / fill, static_cast<int>((p.k + 63) / 64), 4);
 }
 
 #if PYQUANT_WITH_SM90
@@ -523,7 +525,8 @@ bool Sm90Candidate(const LinearFp8Problem& p, const Fp8Options& opt, int* device
   int64_t min_m = p.n * p.k < (int64_t{1} << 25) ? opt.sm90_min_m_small : opt.sm90_min_m;
   // Narrow layers: the mma kernel with its K split below sm90_min_m_narrow (only asked where it
   // matters: the split needs the device's SM count).
-  if (p.m < opt.sm90_min_m_narrow && p.m >= min_m && Fp8KSplitOn(opt) && Fp8MmaClusterSplit(p, p.m <= 16 ? 1 : 2) > 1) {
+  if (p.m < opt.sm90_min_m_narrow && p.m >= min_m && Fp8KSplitOn(opt) &&
+      Fp8MmaClusterSplit(p, p.m <= 16 ? 1 : 2, opt.k_split_fill) > 1) {
     min_m = opt.sm90_min_m_narrow;
   }
   if (std::is_same<T, float>::value) return false;  // fp16 / bf16 output only
@@ -628,10 +631,10 @@ bool Fp8FastPath(const LinearFp8Problem& p) {
   return true;
 }
 
-// k_split (Fp8KSplitOn; fp16 / bf16): clusters of Fp8MmaClusterSplit CTAs split K.
+// k_split_fill > 0 (Fp8KSplitOn; fp16 / bf16): clusters of Fp8MmaClusterSplit CTAs split K; 0: no split.
 template <typename T, int MT, bool kBlock, bool kLow8 = false>
 void LaunchFp8Mma(const LinearFp8Problem& p, const uint8_t* xq, const float* s_x, const Fp8Geom& g, PdlMode pdl,
-                  cudaStream_t stream, bool k_split = false) {
+                  cudaStream_t stream, int k_split_fill = 0) {
   const dim3 grid = Fp8MmaGrid(p, MT);
   auto launch = [&](auto ks) {
     constexpr int kS = decltype(ks)::value;
@@ -640,7 +643,7 @@ void LaunchFp8Mma(const LinearFp8Problem& p, const uint8_t* xq, const float* s_x
                                pdl.launch, xq, s_x, p.w, p.w_scale, static_cast<const T*>(p.bias),
                                static_cast<T*>(p.y), g, pdl.weights_early);
   };
-  const int ks = k_split && !std::is_same<T, float>::value ? Fp8MmaClusterSplit(p, MT) : 1;
+  const int ks = k_split_fill > 0 && !std::is_same<T, float>::value ? Fp8MmaClusterSplit(p, MT, k_split_fill) : 1;
   if constexpr (!std::is_same<T, float>::value) {
     if (ks == 8) return launch(std::integral_constant<int, 8>());
     if (ks == 4) return launch(std::integral_constant<int, 4>());
@@ -711,7 +714,7 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
     g.bs_log2 = CeilLog2(p.block_size);  // 0 for per-channel scales (block_size 0)
     g.n_scale_blocks = static_cast<int>(p.n_scale_blocks);
     const bool block = p.block_size != 0;
-    const bool split = Fp8KSplitOn(opt);
+    const int split = Fp8KSplitOn(opt) ? opt.k_split_fill : 0;  // LaunchFp8Mma's k_split_fill
     if (opt.gemv == 2 && p.m <= 8 && !block) {
       // Swapped operands: FP8 MMAs where the device has them, else fp16 MMAs after conversion.
       // 4 warps of 16 channels: the FP8 variant needs ~150 registers (24 x 16-byte loads in

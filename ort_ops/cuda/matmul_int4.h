@@ -101,11 +101,13 @@ size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m 
 // pdl: programmatic dependent launch of the fast kernels (cuda/pdl.h; the sm90 GEMM: sm90/launch_control.h).
 // mid_variant: the 9 <= M <= 64 kernel variant (matmul_int4_impl.cu), -1 = the default choice,
 // kInt4MidNoKSplit = the default without the narrow-layer K split (benchmarks).
+// mid_rows: the M rows one CTA of that kernel covers at 33 <= M <= 64: 64 (MT = 4 m16 tiles, one grid
+// row), 32 (MT = 2, two grid rows), 0 = the default choice.
 constexpr int kInt4MidNoKSplit = -2;
 template <typename T>
 cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, int64_t tiled_min_m = kInt4TiledMinM,
                              Int4Workspace ws = {}, const Int4Sm90Prepared* sm90 = nullptr, int gemv_variant = -1,
-                             PdlMode pdl = {}, int mid_variant = -1);
+                             PdlMode pdl = {}, int mid_variant = -1, int mid_rows = 0);
 
 // True when this build has the sm90 GEMM, the current device is compute capability 9.0, and the
 // problem's shape / type / block size suit it (pointers aside): worth preparing for.
@@ -208,5 +210,7 @@ Int4Sm90Prepared CudaInt4Sm90Knobs(Int4Sm90Prepared base);
 int CudaInt4GemvVariant();
 // PYQUANT_INT4_MID_VARIANT if set, else -1 (benchmarks): the 9 <= M <= 64 kernel variant.
 int CudaInt4MidVariant();
+// PYQUANT_INT4_MID_ROWS (32 | 64) if set, else 0 (benchmarks): LaunchMatMulInt4's mid_rows.
+int CudaInt4MidRows();
 
 }  // namespace pyquant

@@ -632,7 +632,8 @@ size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m,
 
 template <typename T>
 cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, int64_t tiled_min_m, Int4Workspace ws,
-                             const Int4Sm90Prepared* sm90, int gemv_variant, PdlMode pdl, int mid_variant) {
+                             const Int4Sm90Prepared* sm90, int gemv_variant, PdlMode pdl, int mid_variant,
+                             int mid_rows) {
   if (p.m == 0) return cudaSuccess;
   Int4Path path = ChooseInt4Path<T>(p, tiled_min_m, sm90);
   // B in the shuffled order: only kernels that read it (never the portable ones below).
@@ -678,6 +679,10 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
         LaunchMidVariant<T, 2>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
         break;
       case Int4Path::kSmallM64:
+        if (mid_rows == 32) {
+          LaunchMidVariant<T, 2>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+          break;
+        }
         LaunchMidVariant<T, 4>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
         break;
       default: {
@@ -789,7 +794,7 @@ cudaError_t PrepareMatMulInt4Sm90(const MatMulInt4Problem& p, bool with_b_copy, 
 
 #define PYQUANT_INSTANTIATE(T)                                                                                 \
   template cudaError_t LaunchMatMulInt4<T>(const MatMulInt4Problem&, cudaStream_t, int64_t, Int4Workspace,    \
-                                           const Int4Sm90Prepared*, int, PdlMode, int);                        \
+                                           const Int4Sm90Prepared*, int, PdlMode, int, int);                        \
   template size_t MatMulInt4WorkspaceBytes<T>(const MatMulInt4Problem&, int64_t, const Int4Sm90Prepared*);    \
   template cudaError_t LaunchMatMulInt4Ref<T>(const MatMulInt4Problem&, cudaStream_t);                        \
   template bool MatMulInt4Sm90Candidate<T>(const MatMulInt4Problem&);                                         \

@@ -50,7 +50,8 @@ class MatMulInt4Cuda final : public Kernel {
         force_ref_(CudaForceReferenceKernels()),
         tiled_min_m_(CudaInt4TiledMinM()),
         gemv_variant_(CudaInt4GemvVariant()),
-        mid_variant_(CudaInt4MidVariant()) {
+        mid_variant_(CudaInt4MidVariant()),
+        mid_rows_(CudaInt4MidRows()) {
     CheckMatMulInt4Constants(info, attrs_, kType);
     // The sm90 GEMM's transposed scales / zeros are derived once, so only from constant inputs
     // (initializers); scales fed at run time keep the portable kernels.
@@ -105,7 +106,8 @@ class MatMulInt4Cuda final : public Kernel {
     // an earlier node may still be being written when this kernel starts.
     const bool weights_constant = b_constant_ && scales_constant_ && (p.zero_points == nullptr || zp_constant_);
     const PdlMode pdl = MakePdlMode(pdl_setting_, weights_constant);
-    ThrowOnCudaError(LaunchMatMulInt4<T>(p, stream, tiled_min_m_, ws, sm90, gemv_variant_, pdl, mid_variant_),
+    ThrowOnCudaError(LaunchMatMulInt4<T>(p, stream, tiled_min_m_, ws, sm90, gemv_variant_, pdl, mid_variant_,
+                                         mid_rows_),
                      "MatMulInt4 kernel launch");
   }
 
@@ -239,6 +241,7 @@ class MatMulInt4Cuda final : public Kernel {
   int64_t tiled_min_m_;
   int gemv_variant_;
   int mid_variant_;
+  int mid_rows_;
   bool scales_constant_ = false;
   bool zp_constant_ = false;
   bool b_constant_ = false;
@@ -279,6 +282,11 @@ int CudaInt4MidVariant() {
   const char* v = std::getenv("PYQUANT_INT4_MID_VARIANT");
   if (v != nullptr && std::strcmp(v, "nosplit") == 0) return kInt4MidNoKSplit;
   return v != nullptr && *v ? static_cast<int>(std::strtol(v, nullptr, 10)) : -1;
+}
+
+int CudaInt4MidRows() {
+  const int rows = EnvInt("PYQUANT_INT4_MID_ROWS", 0);
+  return rows == 32 || rows == 64 ? rows : 0;
 }
 
 int CudaInt4Sm90Tile() {

@@ -31,7 +31,8 @@ Methods (fp16 activations):
   pyquant_fp8_<variant>  pyquant_fp8 under the environment switches of METHOD_ENV (swap, the Hopper
                     tiles of pyquant/_cuda_knobs.py FP8_SM90_TILES, p128all, p64all, p8, p16, rm2,
                     rn4, dp, sk, heur, split2/4/8, nondet, sm90min<M>, fill2 / fill4: the mma
-                    kernel's K split aimed at 2 / 4 CTAs per SM; see ort_ops/cuda/linear_fp8.h)
+                    kernel's K split aimed at 2 / 4 CTAs per SM, nt1 / nt2 / nt4 / nt4fill2: its
+                    column tiles per warp at M > 16; see ort_ops/cuda/linear_fp8.h)
                     (not in the default list)
   pyquant_int4_<knob>  the Hopper GEMM's scheduler under PYQUANT_INT4_SM90_* (dp, sk, heur, split2/3/4/8,
                     nondet, sknondet, split2nondet, split4nondet, rm2, rn2; see
@@ -61,8 +62,8 @@ Methods (fp16 activations):
   pyquant_int4_r32 / _mid<v>r32  the same (default variant / variant v) with 32 rows per CTA at
                     33 <= M <= 64 (PYQUANT_INT4_MID_ROWS=32: two grid rows of MT = 2)
                     (not in the default list)
-  pyquant_int4_nosplit  the default without the narrow-layer cluster K split of session 18
-                    (PYQUANT_INT4_MID_VARIANT=nosplit) (not in the default list)
+  pyquant_int4_nosplit  the default without the narrow-layer rules of sessions 18 / 19 (cluster K
+                    split, two-row variant 9) (PYQUANT_INT4_MID_VARIANT=nosplit) (not in the default list)
   pyquant_{int4,fp8}_nopdl / _pdllate  programmatic dependent launch off (PYQUANT_CUDA_PDL=0) / on
                     without early weight loads ("late"): ort_ops/cuda/pdl.h (not in the default list)
   pyquant_fp8_gpdl / _g512  the Hopper GEMM under PDL above M = 512 with a late quantizer trigger
@@ -210,6 +211,9 @@ METHOD_ENV = {
     # the mma kernel's cluster K split aimed at 2 / 4 CTAs per SM (PYQUANT_FP8_KSPLIT_FILL; also which
     # layers keep it up to M = 64)
     **{f"pyquant_fp8_fill{f}": {"PYQUANT_FP8_KSPLIT_FILL": str(f)} for f in (2, 4)},
+    # the mma kernel with 2 / 4 column tiles per warp at M > 16 (PYQUANT_FP8_MMA_NT), also with fill 2
+    **{f"pyquant_fp8_nt{t}": {"PYQUANT_FP8_MMA_NT": str(t)} for t in (1, 2, 4)},
+    "pyquant_fp8_nt4fill2": {"PYQUANT_FP8_MMA_NT": "4", "PYQUANT_FP8_KSPLIT_FILL": "2"},
     **{
         f"pyquant_fp8_split{s}": {"PYQUANT_FP8_SM90_DECOMP": "splitk", "PYQUANT_FP8_SM90_SPLITS": str(s)}
         for s in (2, 4, 8)

@@ -65,6 +65,9 @@ struct Fp8Options {
   // PYQUANT_FP8_KSPLIT_FILL (benchmarks): that split's aim, in CTAs per SM (Fp8MmaClusterSplit); it
   // also sets which layers count as narrow for sm90_min_m_narrow.
   int k_split_fill = 1;
+  // PYQUANT_FP8_MMA_NT: 8-channel tiles per warp of the mma kernel at M > 16 (fp8_mma_kernel's NT:
+  // X is re-read from L2 ceil(N / 8 NT) times). 0 "auto": 4 on sm_90, else 1 (Fp8MmaNt); 1 / 2 / 4.
+  int mma_nt = 0;
   // Hopper GEMM knobs (sm90::Fp8GemmTuning, fp8_gemm_sm90.h):
   //   PYQUANT_FP8_SM90_TILE     auto, or a variant's name -> variant 0..16 (the names: the list in
   //                             CudaFp8Options, linear_fp8_op.cc; fp8_gemm_sm90_variants.cu)

@@ -211,7 +211,7 @@ __device__ __forceinline__ uint4 LoadActivation16(const void* p) {
 
 }  // namespace
 
-// grid = (ceil(N / 8) * kS, ceil(M / (16 * MT))), block = 32 * kWarps.
+// grid = (ceil(N / (8 NT)) * kS, ceil(M / (16 * MT))), block = 32 * kWarps.
 //   xq [M, K] e4m3 (quantized X), s_x [M] float, w [N, K] e4m3, w_scale [N, n_scale_blocks]
 //   float, bias [N] T or nullptr, y [M, N] T. kBlockScale: w_scale per 2^bs_log2-wide K block.
 //   kLow8 (M <= 8, MT == 1): rows g + 8 of the MMA tile are all padding, so their activation
@@ -220,7 +220,10 @@ __device__ __forceinline__ uint4 LoadActivation16(const void* p) {
 //   8-channel tile (rank = blockIdx.x % kS; worker (warp, rank) takes chunks worker,
 //   worker + kWarps * kS, ...), summed in rank order by ReduceMmaTiles: for narrow layers,
 //   where ceil(N / 8) CTAs leave SMs idle (N = 512: 64 CTAs).
-template <typename T, int MT, int kWarps, bool kBlockScale, bool kLow8 = false, int kS = 1>
+//   NT > 1: each warp computes NT 8-channel tiles (8 NT channels per CTA) from one load of its
+//   activation pieces: X is re-read ceil(N / (8 NT)) times from L2 instead of ceil(N / 8), which
+//   bounds the kernel at M > 16 on long rows (Fp8Options::mma_nt).
+template <typename T, int MT, int kWarps, bool kBlockScale, bool kLow8 = false, int kS = 1, int NT = 1>
 __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __restrict__ xq,
                                                               const float* __restrict__ s_x,
                                                               const uint8_t* __restrict__ w,
@@ -232,31 +235,37 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __r
   const int gr = lane >> 2, t = lane & 3;
   const int rank = kS > 1 ? static_cast<int>(blockIdx.x % kS) : 0;
   const int worker = warp * kS + rank;
-  const int n0 = (blockIdx.x / kS) * 8;
-  const int col = n0 + gr;  // this thread's W row
+  const int n0 = (blockIdx.x / kS) * 8 * NT;
+  const int col = n0 + gr;  // this thread's W row of column tile 0 (tile j: col + 8 j)
   const int m0 = blockIdx.y * 16 * MT;
-  float acc[MT][4];
+  float acc[MT][NT][4];
 #pragma unroll
-  for (int i = 0; i < MT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
 
   static_assert(!kLow8 || MT == 1, "kLow8 is the M <= 8 variant of MT == 1");
   // Chunks per group (16 bytes of W per thread each); with the double buffering below, 2 * U
   // groups of loads are in flight. U = 4 at MT = 1 keeps the registers under ~128 (4 CTAs of 128
   // threads per SM: N = 4096 is 512 CTAs, one wave on 132 SMs).
-  constexpr int U = MT == 1 ? 4 : 2;
+  // NT > 1: U = 1 (NT W loads per chunk already; the double buffer holds 2 (NT + 2 MT) of them).
+  constexpr int U = NT > 1 ? 1 : MT == 1 ? 4 : 2;
   constexpr int kH = kLow8 ? 1 : 2;   // activation row halves loaded (g, g + 8)
   // Loads of one chunk group (U chunks of 64 k per warp, 16 bytes of W per thread each).
   // Unconditional loads from clamped addresses, masked afterwards (a load under a branch is its
   // own basic block). Rows / columns past M / N only feed outputs that are never stored, so they
   // re-read the last valid row; chunks past K must contribute exact zeros.
-  auto load_group = [&](int c0, uint4(&wv)[U], uint4(&xv)[U][MT][kH]) {
+  auto load_group = [&](int c0, uint4(&wv)[U][NT], uint4(&xv)[U][MT][kH]) {
 #pragma unroll
     for (int uu = 0; uu < U; ++uu) {
       const int kb = (c0 + uu * kWorkers) * 64 + 16 * t;
       const bool kin = c0 + uu * kWorkers < g.n_chunks && kb < g.k;  // K % 16 == 0: all 16 or none
       const int kbc = kin ? kb : 0;
-      const uint4 wl = LoadStream16(w + int64_t(min(col, g.n - 1)) * g.k + kbc);
-      wv[uu] = kin ? wl : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const uint4 wl = LoadStream16(w + int64_t(min(col + 8 * j, g.n - 1)) * g.k + kbc);
+        wv[uu][j] = kin ? wl : make_uint4(0, 0, 0, 0);
+      }
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
 #pragma unroll
@@ -268,39 +277,47 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __r
       }
     }
   };
-  auto compute_group = [&](int c0, const uint4(&wv)[U], const uint4(&xv)[U][MT][kH]) {
+  auto compute_group = [&](int c0, const uint4(&wv)[U][NT], const uint4(&xv)[U][MT][kH]) {
 #pragma unroll
     for (int uu = 0; uu < U; ++uu) {
-      float part[MT][4];
-      float(&dst)[MT][4] = kBlockScale ? part : acc;
+      float part[MT][NT][4];
+      float(&dst)[MT][NT][4] = kBlockScale ? part : acc;
       if (kBlockScale) {
 #pragma unroll
-        for (int i = 0; i < MT; ++i) part[i][0] = part[i][1] = part[i][2] = part[i][3] = 0.0f;
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+          for (int j = 0; j < NT; ++j) part[i][j][0] = part[i][j][1] = part[i][j][2] = part[i][j][3] = 0.0f;
       }
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
-        const uint32_t ws = Word4(wv[uu], s);
-        const uint32_t b0 = Fp8x2ToHalf2(ws & 0xFFFFu), b1 = Fp8x2ToHalf2(ws >> 16);
 #pragma unroll
-        for (int i = 0; i < MT; ++i) {
-          const uint32_t x0 = Word4(xv[uu][i][0], s), x1 = kLow8 ? 0u : Word4(xv[uu][i][kH - 1], s);
-          Mma16816<__half>(dst[i], Fp8x2ToHalf2(x0 & 0xFFFFu), Fp8x2ToHalf2(x1 & 0xFFFFu), Fp8x2ToHalf2(x0 >> 16),
-                           Fp8x2ToHalf2(x1 >> 16), b0, b1);
+        for (int j = 0; j < NT; ++j) {
+          const uint32_t ws = Word4(wv[uu][j], s);
+          const uint32_t b0 = Fp8x2ToHalf2(ws & 0xFFFFu), b1 = Fp8x2ToHalf2(ws >> 16);
+#pragma unroll
+          for (int i = 0; i < MT; ++i) {
+            const uint32_t x0 = Word4(xv[uu][i][0], s), x1 = kLow8 ? 0u : Word4(xv[uu][i][kH - 1], s);
+            Mma16816<__half>(dst[i][j], Fp8x2ToHalf2(x0 & 0xFFFFu), Fp8x2ToHalf2(x1 & 0xFFFFu),
+                             Fp8x2ToHalf2(x0 >> 16), Fp8x2ToHalf2(x1 >> 16), b0, b1);
+          }
         }
       }
       if (kBlockScale) {
         const int chunk = c0 + uu * kWorkers;
         if (chunk < g.n_chunks) {
           const int blk = (chunk * 64) >> g.bs_log2;
-          const int c = n0 + 2 * t;
-          const float s0 = c < g.n ? w_scale[int64_t(c) * g.n_scale_blocks + blk] : 0.0f;
-          const float s1 = c + 1 < g.n ? w_scale[int64_t(c + 1) * g.n_scale_blocks + blk] : 0.0f;
 #pragma unroll
-          for (int i = 0; i < MT; ++i) {
-            acc[i][0] = fmaf(part[i][0], s0, acc[i][0]);
-            acc[i][1] = fmaf(part[i][1], s1, acc[i][1]);
-            acc[i][2] = fmaf(part[i][2], s0, acc[i][2]);
-            acc[i][3] = fmaf(part[i][3], s1, acc[i][3]);
+          for (int j = 0; j < NT; ++j) {
+            const int c = n0 + 8 * j + 2 * t;
+            const float s0 = c < g.n ? w_scale[int64_t(c) * g.n_scale_blocks + blk] : 0.0f;
+            const float s1 = c + 1 < g.n ? w_scale[int64_t(c + 1) * g.n_scale_blocks + blk] : 0.0f;
+#pragma unroll
+            for (int i = 0; i < MT; ++i) {
+              acc[i][j][0] = fmaf(part[i][j][0], s0, acc[i][j][0]);
+              acc[i][j][1] = fmaf(part[i][j][1], s1, acc[i][j][1]);
+              acc[i][j][2] = fmaf(part[i][j][2], s0, acc[i][j][2]);
+              acc[i][j][3] = fmaf(part[i][j][3], s1, acc[i][j][3]);
+            }
           }
         }
       }
@@ -319,17 +336,23 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __r
 #pragma unroll
     for (int uu = 0; uu < U; ++uu) {
       const int kb = (worker + uu * kWorkers) * 64 + 16 * t;
-      if (worker + uu * kWorkers < g.n_chunks && kb < g.k && col < g.n) PrefetchL2(w + int64_t(col) * g.k + kb);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        if (worker + uu * kWorkers < g.n_chunks && kb < g.k && col + 8 * j < g.n) {
+          PrefetchL2(w + int64_t(col + 8 * j) * g.k + kb);
+        }
+      }
     }
   }
   PdlWaitPrimary();
-  uint4 wv[U], xv[U][MT][kH];
+  uint4 wv[U][NT], xv[U][MT][kH];
   if (worker < g.n_chunks) load_group(worker, wv, xv);
   for (int c0 = worker; c0 < g.n_chunks; c0 += U * kWorkers) {
-    uint4 wc[U], xc[U][MT][kH];
+    uint4 wc[U][NT], xc[U][MT][kH];
 #pragma unroll
     for (int uu = 0; uu < U; ++uu) {
-      wc[uu] = wv[uu];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) wc[uu][j] = wv[uu][j];
 #pragma unroll
       for (int i = 0; i < MT; ++i)
 #pragma unroll
@@ -339,11 +362,11 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __r
     compute_group(c0, wc, xc);
   }
 
-  // value e = 4 i + r of this lane's tile, summed over K: scales, bias, store.
-  auto emit = [&](int e, float v) {
+  // value e = 4 i + r of this lane's column tile j, summed over K: scales, bias, store.
+  auto emit = [&](int j, int e, float v) {
     const int i = e >> 2, r = e & 3;
     const int row = m0 + 16 * i + gr + (r >= 2 ? 8 : 0);
-    const int c = n0 + 2 * t + (r & 1);
+    const int c = n0 + 8 * j + 2 * t + (r & 1);
     if (row < g.m && c < g.n) {
       if (!kBlockScale) v *= w_scale[c];
       v *= s_x[row];
@@ -352,23 +375,23 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __r
     }
   };
   __shared__ float red[kWarps][MT * 4][32];
-  if constexpr (kS > 1) {
-    __shared__ float part[MT * 4 * 32];
-    cuda_detail::ReduceMmaTiles<MT, 1, kWarps, kS>([&](int i, int, int r) { return acc[i][r]; }, red, part, rank,
-                                                   [&](int, int e, float v) { emit(e, v); });
+  if constexpr (kS > 1 || NT > 1) {
+    __shared__ float part[kS > 1 ? NT * MT * 4 * 32 : 1];
+    cuda_detail::ReduceMmaTiles<MT, NT, kWarps, kS>([&](int i, int j, int r) { return acc[i][j][r]; }, red, part,
+                                                    rank, emit);
   } else {
     // (kept apart from ReduceMmaTiles: the same sums, but this form is the tested code of every
     // other configuration, and ReduceMmaTiles compiles MT = 2 slightly differently)
 #pragma unroll
     for (int i = 0; i < MT; ++i)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) red[warp][i * 4 + r][lane] = acc[i][r];
+      for (int r = 0; r < 4; ++r) red[warp][i * 4 + r][lane] = acc[i][0][r];
     __syncthreads();
     for (int e = warp; e < MT * 4; e += kWarps) {
       float v = 0.0f;
 #pragma unroll
       for (int ww = 0; ww < kWarps; ++ww) v += red[ww][e][lane];
-      emit(e, v);
+      emit(0, e, v);
     }
   }
 }
@@ -500,10 +523,19 @@ bool CurrentDeviceHasFp8Mma() { return CurrentDeviceComputeCapability() >= 89; }
 size_t XqBytes(const LinearFp8Problem& p) { return AlignUp(static_cast<size_t>(p.m * p.k)); }
 size_t SxBytes(const LinearFp8Problem& p) { return AlignUp(static_cast<size_t>(p.m) * sizeof(float)); }
 
-// The small-M mma kernel's grid at M tile MT (m16 tiles per CTA row) without a K split:
-// ceil(N / 8) column CTAs x ceil(M / 16 MT) rows.
-dim3 Fp8MmaGrid(const LinearFp8Problem& p, int mt) {
-  return dim3(static_cast<unsigned>((p.n + 7) / 8), static_cast<unsigned>((p.m + 16 * mt - 1) / (16 * mt)));
+// The small-M mma kernel's grid at M tile MT (m16 tiles per CTA row) and NT column tiles per warp
+// without a K split: ceil(N / 8 NT) column CTAs x ceil(M / 16 MT) rows.
+dim3 Fp8MmaGrid(const LinearFp8Problem& p, int mt, int nt) {
+  return dim3(static_cast<unsigned>((p.n + 8 * nt - 1) / (8 * nt)),
+              static_cast<unsigned>((p.m + 16 * mt - 1) / (16 * mt)));
+}
+
+// Column tiles per warp of the mma kernel at this M (Fp8Options::mma_nt): 1 up to M = 16; above,
+// the knob, else 4 on sm_90 (where the kernel serves M > 16 only on narrow layers) and 1 elsewhere.
+int Fp8MmaNt(const LinearFp8Problem& p, const Fp8Options& opt) {
+  if (p.m <= 16) return 1;
+  if (opt.mma_nt > 0) return opt.mma_nt;
+  return CurrentDeviceIsSm90() ? 4 : 1;
 }
 
 // Whether the mma kernel splits K where its CTAs leave SMs idle ("auto" / "mmasplit").
@@ -512,8 +544,8 @@ bool Fp8KSplitOn(const Fp8Options& opt) { return opt.gemv == 0 || opt.gemv == kF
 // Cluster size kS of that kernel's K split at M tile MT (1: none): the launch and the Hopper GEMM
 // decision ask the same rule. MT = 1 up to M = 16, else 2 (LaunchLinearFp8Impl).
 // fill (Fp8Options::k_split_fill): split until the grid has fill CTAs per SM instead of one.
-int Fp8MmaClusterSplit(const LinearFp8Problem& p, int mt, int fill) {
-  const dim3 grid = Fp8MmaGrid(p, mt);
+int Fp8MmaClusterSplit(const LinearFp8Problem& p, int mt, int nt, int fill) {
+  const dim3 grid = Fp8MmaGrid(p, mt, nt);
   const int64_t ctas = int64_t(grid.x) * grid.y;
   return ClusterKSplitFor((ctas + fill - 1) / fill, static_cast<int>((p.k + 63) / 64), 4);
 }
@@ -526,7 +558,7 @@ bool Sm90Candidate(const LinearFp8Problem& p, const Fp8Options& opt, int* device
   // Narrow layers: the mma kernel with its K split below sm90_min_m_narrow (only asked where it
   // matters: the split needs the device's SM count).
   if (p.m < opt.sm90_min_m_narrow && p.m >= min_m && Fp8KSplitOn(opt) &&
-      Fp8MmaClusterSplit(p, p.m <= 16 ? 1 : 2, opt.k_split_fill) > 1) {
+      Fp8MmaClusterSplit(p, p.m <= 16 ? 1 : 2, Fp8MmaNt(p, opt), opt.k_split_fill) > 1) {
     min_m = opt.sm90_min_m_narrow;
   }
   if (std::is_same<T, float>::value) return false;  // fp16 / bf16 output only
@@ -632,18 +664,18 @@ bool Fp8FastPath(const LinearFp8Problem& p) {
 }
 
 // k_split_fill > 0 (Fp8KSplitOn; fp16 / bf16): clusters of Fp8MmaClusterSplit CTAs split K; 0: no split.
-template <typename T, int MT, bool kBlock, bool kLow8 = false>
+template <typename T, int MT, bool kBlock, bool kLow8 = false, int NT = 1>
 void LaunchFp8Mma(const LinearFp8Problem& p, const uint8_t* xq, const float* s_x, const Fp8Geom& g, PdlMode pdl,
                   cudaStream_t stream, int k_split_fill = 0) {
-  const dim3 grid = Fp8MmaGrid(p, MT);
+  const dim3 grid = Fp8MmaGrid(p, MT, NT);
   auto launch = [&](auto ks) {
     constexpr int kS = decltype(ks)::value;
     const dim3 cluster_grid(grid.x * kS, grid.y);
-    (void)LaunchWithPdlCluster(fp8_mma_kernel<T, MT, 4, kBlock, kLow8, kS>, cluster_grid, dim3(128), 0, kS, stream,
+    (void)LaunchWithPdlCluster(fp8_mma_kernel<T, MT, 4, kBlock, kLow8, kS, NT>, cluster_grid, dim3(128), 0, kS, stream,
                                pdl.launch, xq, s_x, p.w, p.w_scale, static_cast<const T*>(p.bias),
                                static_cast<T*>(p.y), g, pdl.weights_early);
   };
-  const int ks = k_split_fill > 0 && !std::is_same<T, float>::value ? Fp8MmaClusterSplit(p, MT, k_split_fill) : 1;
+  const int ks = k_split_fill > 0 && !std::is_same<T, float>::value ? Fp8MmaClusterSplit(p, MT, NT, k_split_fill) : 1;
   if constexpr (!std::is_same<T, float>::value) {
     if (ks == 8) return launch(std::integral_constant<int, 8>());
     if (ks == 4) return launch(std::integral_constant<int, 4>());
@@ -733,6 +765,12 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
     } else if (p.m <= 16) {
       block ? LaunchFp8Mma<T, 1, true>(p, xq, s_x, g, pdl, stream, split)
             : LaunchFp8Mma<T, 1, false>(p, xq, s_x, g, pdl, stream, split);
+    } else if (Fp8MmaNt(p, opt) == 4) {
+      block ? LaunchFp8Mma<T, 2, true, false, 4>(p, xq, s_x, g, pdl, stream, split)
+            : LaunchFp8Mma<T, 2, false, false, 4>(p, xq, s_x, g, pdl, stream, split);
+    } else if (Fp8MmaNt(p, opt) == 2) {
+      block ? LaunchFp8Mma<T, 2, true, false, 2>(p, xq, s_x, g, pdl, stream, split)
+            : LaunchFp8Mma<T, 2, false, false, 2>(p, xq, s_x, g, pdl, stream, split);
     } else {
       block ? LaunchFp8Mma<T, 2, true>(p, xq, s_x, g, pdl, stream, split)
             : LaunchFp8Mma<T, 2, false>(p, xq, s_x, g, pdl, stream, split);

@@ -85,8 +85,9 @@ struct Int4Sm90Prepared {
   Int4ShufKnobs shuf;
   int64_t min_m = kInt4Sm90MinM;
   int64_t min_m_large = 17;
-  // Narrow layers keep the small-M kernel's cluster K split up to M = 64 instead of this GEMM
-  // (matmul_int4_impl.cu, NarrowKSplitLayer); false under PYQUANT_INT4_MID_VARIANT=nosplit.
+  // Narrow layers keep the small-M kernel up to M = 64 instead of this GEMM: its cluster K split
+  // (matmul_int4_impl.cu, NarrowKSplitLayer) or its two-row variant 9 (MidTwoRowLayer); false under
+  // PYQUANT_INT4_MID_VARIANT=nosplit.
   bool narrow_k_split = true;
   int tile_variant = 0;  // PYQUANT_INT4_SM90_TILE: sm90::Int4GemmArgs::variant
   // PYQUANT_INT4_SM90_DECOMP / _SPLITS / _REDUCE / _RASTER / _SWIZZLE (ReadSm90SchedulerTuning,
@@ -100,7 +101,7 @@ size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m 
 // gemv_variant: the M <= 8 kernel variant (matmul_int4_impl.cu), -1 = the default choice.
 // pdl: programmatic dependent launch of the fast kernels (cuda/pdl.h; the sm90 GEMM: sm90/launch_control.h).
 // mid_variant: the 9 <= M <= 64 kernel variant (matmul_int4_impl.cu), -1 = the default choice,
-// kInt4MidNoKSplit = the default without the narrow-layer K split (benchmarks).
+// kInt4MidNoKSplit = the default without the narrow-layer rules (benchmarks).
 // mid_rows: the M rows one CTA of that kernel covers at 33 <= M <= 64: 64 (MT = 4 m16 tiles, one grid
 // row), 32 (MT = 2, two grid rows), 0 = the default choice.
 constexpr int kInt4MidNoKSplit = -2;

@@ -97,6 +97,21 @@ def test_fp8_mma_k_split(rng, dtype, block_size, x_scale, kn):
     _check_fp8(sess, rng, [1, 3, 8, 9, 16, 17, 32], k, n, dtype, w8, ws, block_size, x_scale, bias_t)
 
 
+@pytest.mark.parametrize("nt", ["2", "4"])
+@pytest.mark.parametrize("gemv", ["mma", "mmasplit"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("block_size", [0, 128])
+@pytest.mark.parametrize("kn", [(4096, 1000), (16400, 40), (1008, 264), (64, 12)])
+def test_fp8_mma_column_tiles(rng, nt, gemv, dtype, block_size, kn):
+    """PYQUANT_FP8_MMA_NT=2 / 4: at M > 16 each warp of the mma kernel computes 2 / 4 column tiles
+    (partial ones at N = 1000 / 40 / 12), without and with the cluster K split, Hopper GEMM off."""
+    k, n = kn
+    with_bias = bool(rng.integers(0, 2))
+    model, w8, ws, bias_t = _fp8_case(rng, k, n, block_size, dtype, None, with_bias)
+    sess = _fp8_session(model, min_m=1 << 40, env={"PYQUANT_FP8_GEMV": gemv, "PYQUANT_FP8_MMA_NT": nt})
+    _check_fp8(sess, rng, [16, 17, 32, 33, 40, 64], k, n, dtype, w8, ws, block_size, None, bias_t)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("x_scale", [None, 0.02])
 @pytest.mark.parametrize("with_bias", [False, True])

@@ -33,6 +33,21 @@ def test_int4_mid_variants(rng, variant, dtype, bs, symmetric, kn):
     _check_int4(sess, rng, m_list, k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
+@pytest.mark.parametrize("variant", range(-1, N_VARIANTS))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("kn", [(4096, 1000), (1000, 37)])
+def test_int4_mid_two_rows(rng, variant, dtype, kn):
+    """PYQUANT_INT4_MID_ROWS=32: at 33 <= M <= 64 every variant runs in two grid rows of MT = 2 m16
+    tiles instead of one of MT = 4 (the second row partial at M = 33 / 40 / 63)."""
+    k, n = kn
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, 128, dtype, False, True)
+    env = {"PYQUANT_INT4_SM90_MIN_M": str(1 << 40), "PYQUANT_INT4_MID_ROWS": "32"}
+    if variant >= 0:
+        env["PYQUANT_INT4_MID_VARIANT"] = str(variant)
+    sess = _session(model, env=env)
+    _check_int4(sess, rng, [32, 33, 40, 63, 64], k, n, 128, dtype, b, scales_t, zp, bias_t)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("kn", [(9000, 40), (14336, 520)])
 def test_int4_mid_k_split_clusters_of_8(rng, dtype, kn):
@@ -58,12 +73,14 @@ def test_int4_mid_default_wide_short_rows(rng, dtype, symmetric):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize("mid", [None, "nosplit"])
-@pytest.mark.parametrize("kn", [(4096, 264), (14336, 500), (2048, 40)])
+@pytest.mark.parametrize("kn", [(4096, 264), (14336, 500), (2048, 40), (4096, 1000), (8200, 1024)])
 def test_int4_mid_default_narrow(rng, dtype, symmetric, mid, kn):
     """The default dispatch on narrow layers (variant 3 has at most SMs / 8 CTAs: N <= 512 on an
     H100): variant 10's cluster K split at M = 5..64, also where the Hopper GEMM would start (49);
-    the GEMV at M <= 4. PYQUANT_INT4_MID_VARIANT=nosplit: the choice without that rule (the GEMV
-    to M = 8, variant 9 to 32, variant 3, the Hopper GEMM from 49 on sm_90)."""
+    the GEMV at M <= 4. On N <= 1024 with K >= 4096 (4096 x 1000, 8200 x 1024 on an H100):
+    variant 9 in two grid rows of MT = 2 at M = 33..64, also from 49. PYQUANT_INT4_MID_VARIANT=nosplit:
+    the choice without these rules (the GEMV to M = 8, variant 9 to 32, variant 3, the Hopper GEMM
+    from 49 on sm_90)."""
     k, n = kn
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, 128, dtype, symmetric, True)
     sess = _session(model, env={"PYQUANT_INT4_MID_VARIANT": mid} if mid else None)

@@ -531,11 +531,15 @@ dim3 Fp8MmaGrid(const LinearFp8Problem& p, int mt, int nt) {
 }
 
 // Column tiles per warp of the mma kernel at this M (Fp8Options::mma_nt): 1 up to M = 16; above,
-// the knob, else 4 on sm_90 (where the kernel serves M > 16 only on narrow layers) and 1 elsewhere.
+// the knob, else 4 on sm_90 for rows of K >= 8192 (there the kernel serves M > 16 only on narrow
+// layers, whose X traffic bounds it), else 1. H100, NT 4 against 1
+// (bench/results/2026-11-25-h100-s19-fp8-nt-bench-cuda.md): 14336 x 1024 at M = 17 / 32: 16.3 / 16.9 us
+// vs 21.9 / 22.4; 8192 x 1024: 11.9 / 12.4 vs 14.3 / 14.6; 14336 x 512 at M = 33 / 64: 15.8 / 17.1 vs
+// 21.9 / 23.1. Slower at K = 4096 (4096 x 1024, M = 32: 10.6 vs 9.3).
 int Fp8MmaNt(const LinearFp8Problem& p, const Fp8Options& opt) {
   if (p.m <= 16) return 1;
   if (opt.mma_nt > 0) return opt.mma_nt;
-  return CurrentDeviceIsSm90() ? 4 : 1;
+  return p.k >= 8192 && CurrentDeviceIsSm90() ? 4 : 1;
 }
 
 // Whether the mma kernel splits K where its CTAs leave SMs idle ("auto" / "mmasplit").
@@ -556,9 +560,11 @@ template <typename T>
 bool Sm90Candidate(const LinearFp8Problem& p, const Fp8Options& opt, int* device) {
   int64_t min_m = p.n * p.k < (int64_t{1} << 25) ? opt.sm90_min_m_small : opt.sm90_min_m;
   // Narrow layers: the mma kernel with its K split below sm90_min_m_narrow (only asked where it
-  // matters: the split needs the device's SM count).
+  // matters: the split needs the device's SM count). Judged on the NT = 1 grid whatever NT the
+  // kernel then runs with: with NT = 4, 4096^2 at M = 17..32 looked narrow and lost the GEMM
+  // (17.4 vs 12.2 us, …-s19-fp8-nt-bench-cuda.md).
   if (p.m < opt.sm90_min_m_narrow && p.m >= min_m && Fp8KSplitOn(opt) &&
-      Fp8MmaClusterSplit(p, p.m <= 16 ? 1 : 2, Fp8MmaNt(p, opt), opt.k_split_fill) > 1) {
+      Fp8MmaClusterSplit(p, p.m <= 16 ? 1 : 2, 1, opt.k_split_fill) > 1) {
     min_m = opt.sm90_min_m_narrow;
   }
   if (std::is_same<T, float>::value) return false;  // fp16 / bf16 output only

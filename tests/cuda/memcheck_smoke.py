@@ -141,6 +141,16 @@ def main() -> int:
         if dtype != "float32" and "fp8" in only:
             with knobs({"PYQUANT_FP8_GEMV": "mmasplit", "PYQUANT_FP8_SM90_MIN_M": str(1 << 40)}):
                 n_checked += check_fp8(dtype, 1024, 40, 0, (3, 9, 17, 40, 64))
+            # 2 / 4 column tiles per warp at M > 16 (partial tiles at N = 44), split and not
+            for gemv in ("mma", "mmasplit"):
+                for nt in ("2", "4"):
+                    nt_env = {"PYQUANT_FP8_GEMV": gemv, "PYQUANT_FP8_MMA_NT": nt}
+                    with knobs({**nt_env, "PYQUANT_FP8_SM90_MIN_M": "65"}):
+                        n_checked += check_fp8(dtype, 1024, 44, 64, (17, 40))
+        # the two-row INT4 variant 9 (M = 33..64)
+        if dtype != "float32" and "mid" in only:
+            with knobs({"PYQUANT_INT4_MID_ROWS": "32", "PYQUANT_INT4_SM90_MIN_M": "65"}):
+                n_checked += check_int4(dtype, 4096, 264, 128, False, (33, 64))
     print(f"memcheck_smoke: {n_checked} runs matched the reference")
     return 0
 

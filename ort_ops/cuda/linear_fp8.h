@@ -66,8 +66,8 @@ struct Fp8Options {
   // also sets which layers count as narrow for sm90_min_m_narrow.
   int k_split_fill = 1;
   // PYQUANT_FP8_MMA_NT: 8-channel tiles per warp of the mma kernel at M > 16 (fp8_mma_kernel's NT:
-  // X is re-read from L2 ceil(N / 8 NT) times). 0 "auto": 4 on sm_90 for K >= 8192, else 1
-  // (Fp8MmaNt); 1 / 2 / 4.
+  // X is re-read from L2 ceil(N / 8 NT) times). 0 "auto": 4 on sm_90 for K >= 8192 with N >= 1024
+  // or M > 32, else 1 (Fp8MmaNt); 1 / 2 / 4.
   int mma_nt = 0;
   // Hopper GEMM knobs (sm90::Fp8GemmTuning, fp8_gemm_sm90.h):
   //   PYQUANT_FP8_SM90_TILE     auto, or a variant's name -> variant 0..16 (the names: the list in

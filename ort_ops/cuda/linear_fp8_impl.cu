@@ -532,14 +532,15 @@ dim3 Fp8MmaGrid(const LinearFp8Problem& p, int mt, int nt) {
 
 // Column tiles per warp of the mma kernel at this M (Fp8Options::mma_nt): 1 up to M = 16; above,
 // the knob, else 4 on sm_90 for rows of K >= 8192 (there the kernel serves M > 16 only on narrow
-// layers, whose X traffic bounds it), else 1. H100, NT 4 against 1
-// (bench/results/2026-11-25-h100-s19-fp8-nt-bench-cuda.md): 14336 x 1024 at M = 17 / 32: 16.3 / 16.9 us
-// vs 21.9 / 22.4; 8192 x 1024: 11.9 / 12.4 vs 14.3 / 14.6; 14336 x 512 at M = 33 / 64: 15.8 / 17.1 vs
-// 21.9 / 23.1. Slower at K = 4096 (4096 x 1024, M = 32: 10.6 vs 9.3).
+// layers, whose X traffic bounds it) with N >= 1024 or M > 32, else 1. H100, NT 4 against 1
+// (bench/results/2026-11-25-h100-s19-fp8-final-bench-cuda.md): 14336 x 1024 at M = 17 / 32: 16.2 /
+// 16.8 us vs 21.9 / 22.4; 8192 x 1024: 11.9 / 12.4 vs 14.3 / 14.5; 14336 x 512 at M = 33 / 64: 15.9 /
+// 17.1 vs 21.9 / 23.1, but at M = 24 / 32: 14.8 / 15.3 vs 13.4 / 13.7 (16 column CTAs in clusters of 8).
+// Slower at K = 4096 (4096 x 1024, M = 32: 10.6 vs 9.3, …-s19-fp8-nt-bench-cuda.md).
 int Fp8MmaNt(const LinearFp8Problem& p, const Fp8Options& opt) {
   if (p.m <= 16) return 1;
   if (opt.mma_nt > 0) return opt.mma_nt;
-  return p.k >= 8192 && CurrentDeviceIsSm90() ? 4 : 1;
+  return p.k >= 8192 && (p.n >= 1024 || p.m > 32) && CurrentDeviceIsSm90() ? 4 : 1;
 }
 
 // Whether the mma kernel splits K where its CTAs leave SMs idle ("auto" / "mmasplit").

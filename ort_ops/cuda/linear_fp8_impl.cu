@@ -772,10 +772,10 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
     } else if (p.m <= 16) {
       block ? LaunchFp8Mma<T, 1, true>(p, xq, s_x, g, pdl, stream, split)
             : LaunchFp8Mma<T, 1, false>(p, xq, s_x, g, pdl, stream, split);
-    } else if (Fp8MmaNt(p, opt) == 4) {
+    } else if (const int nt = Fp8MmaNt(p, opt); nt == 4) {
       block ? LaunchFp8Mma<T, 2, true, false, 4>(p, xq, s_x, g, pdl, stream, split)
             : LaunchFp8Mma<T, 2, false, false, 4>(p, xq, s_x, g, pdl, stream, split);
-    } else if (Fp8MmaNt(p, opt) == 2) {
+    } else if (nt == 2) {
       block ? LaunchFp8Mma<T, 2, true, false, 2>(p, xq, s_x, g, pdl, stream, split)
             : LaunchFp8Mma<T, 2, false, false, 2>(p, xq, s_x, g, pdl, stream, split);
     } else {

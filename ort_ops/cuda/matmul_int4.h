@@ -86,9 +86,9 @@ struct Int4Sm90Prepared {
   int64_t min_m = kInt4Sm90MinM;
   int64_t min_m_large = 17;
   // Narrow layers keep the small-M kernel up to M = 64 instead of this GEMM: its cluster K split
-  // (matmul_int4_impl.cu, NarrowKSplitLayer) or its two-row variant 9 (MidTwoRowLayer); false under
+  // or its two-row variant 9 (matmul_int4_impl.cu, NarrowRuleFor); false under
   // PYQUANT_INT4_MID_VARIANT=nosplit.
-  bool narrow_k_split = true;
+  bool narrow_rules = true;
   int tile_variant = 0;  // PYQUANT_INT4_SM90_TILE: sm90::Int4GemmArgs::variant
   // PYQUANT_INT4_SM90_DECOMP / _SPLITS / _REDUCE / _RASTER / _SWIZZLE (ReadSm90SchedulerTuning,
   // env_knobs.h); decomposition_auto: the launcher picks the decomposition per call.

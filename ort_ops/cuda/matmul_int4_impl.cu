@@ -425,42 +425,41 @@ bool WideShortRows(const MatMulInt4Problem& p) { return p.attrs.k <= 4096 && p.a
 // Narrow layers (s18): variant 10 at M = 5..64 (also before the Hopper GEMM) where variant 3 has <= SMs / 8
 // CTAs (N <= 512 on an H100). H100, M = 8 / 16 / 32 (…-s18-narrow-default-bench-cuda.md): 14336 x 512 12.9 /
 // 13.8 / 17.7 us vs 17.9 / 21.8 / 27.7 without (GEMV at M = 8, else variant 9); slower at N = 1024 (M = 16,
-// 8192 x 1024: 14.7 vs 13.4, …-s18-ksplit-narrow-bench-cuda.md). kInt4MidNoKSplit ("nosplit"): without it,
-// nor MidTwoRowLayer's rule.
+// 8192 x 1024: 14.7 vs 13.4, …-s18-ksplit-narrow-bench-cuda.md) (NarrowRule::kKSplit below).
+// kInt4MidNoKSplit ("nosplit"): without it, nor the kTwoRows rule.
 // Variant 10's cluster size kS at M tile MT: ClusterKSplitFor over variant 3's CTAs (NT 4, 8 warps).
 int MidKSplitFor(const Int4Geom& g, int mt) {
   const dim3 grid = SmallMGrid(g, 4, mt);
   return ClusterKSplitFor(int64_t(grid.x) * grid.y, g.n_chunks, 8);
 }
-bool NarrowKSplitLayer(const MatMulInt4Problem& p) {
-  const Int4Geom g = MakeInt4Geom(std::min<int64_t>(p.m, 64), p.attrs);  // MT 4: one grid row
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || int64_t(SmallMGrid(g, 4, 4).x) * 8 > CudaSmCount(dev)) return false;
-  return MidKSplitFor(g, 4) > 1;
-}
-
-bool MidKSplitByDefault(const MatMulInt4Problem& p, int requested) {
-  return requested == -1 && p.m >= 5 && p.m <= 64 && NarrowKSplitLayer(p);
-}
-
-// Layers a little wider (s19): N <= SMs / 4 * 32 (1024 on an H100), K >= 4096, no K split. At 33 <= M <= 64
+// Layers a little wider (s19, kTwoRows): N <= SMs / 4 * 32 (1024 on an H100), K >= 4096, no K split. At 33 <= M <= 64
 // variant 3's one row of MT = 4 tiles is N / 32 CTAs, each re-reading all of X; variant 9 in two rows of
 // MT = 2 is twice the CTAs of twice the warps, and also replaces the Hopper GEMM there (M = 49..64).
 // H100, M = 33 / 64 (bench/results/2026-11-25-h100-s19-mid-rows-bench-cuda.md, column mid9r32):
 // 4096 x 1024 9.1 / 9.2 us vs 17.4 / 20.3; 8192 x 1024 16.1 / 16.9 vs 31.7 / 31.7; 14336 x 1024 26.6 /
 // 27.4 vs 52.5 / 36.4 (torch fp16 8.7 / 11.2 / 15.8). Not on N <= 512 (variant 10 is faster there) nor
 // on 4096^2 (no faster: 18.5 / 19.8 vs 17.9 / 21.0).
-bool MidTwoRowLayer(const MatMulInt4Problem& p) {
+enum class NarrowRule { kNone, kKSplit, kTwoRows };
+
+// Which narrow-layer rule a layer falls under, from variant 3's grid at MT = 4 (one grid row).
+NarrowRule NarrowRuleFor(const MatMulInt4Problem& p) {
   const Int4Geom g = MakeInt4Geom(std::min<int64_t>(p.m, 64), p.attrs);
   int dev = 0;
-  if (g.n_chunks < 32 || cudaGetDevice(&dev) != cudaSuccess) return false;
-  return int64_t(SmallMGrid(g, 4, 4).x) * 4 <= CudaSmCount(dev) && !NarrowKSplitLayer(p);
+  if (cudaGetDevice(&dev) != cudaSuccess) return NarrowRule::kNone;
+  const int64_t ctas = SmallMGrid(g, 4, 4).x, sms = CudaSmCount(dev);
+  if (ctas * 8 <= sms && MidKSplitFor(g, 4) > 1) return NarrowRule::kKSplit;
+  if (ctas * 4 <= sms && g.n_chunks >= 32) return NarrowRule::kTwoRows;
+  return NarrowRule::kNone;
+}
+
+bool MidKSplitByDefault(const MatMulInt4Problem& p, int requested) {
+  return requested == -1 && p.m >= 5 && p.m <= 64 && NarrowRuleFor(p) == NarrowRule::kKSplit;
 }
 
 // M rows per CTA of the mid kernel at 33 <= M <= 64: 32 (MT = 2, two grid rows) or 64 (MT = 4, one).
 int MidRowsFor(const MatMulInt4Problem& p, int requested_variant, int requested_rows) {
   if (requested_rows == 32 || requested_rows == 64) return requested_rows;
-  return requested_variant == -1 && MidTwoRowLayer(p) ? 32 : 64;
+  return requested_variant == -1 && NarrowRuleFor(p) == NarrowRule::kTwoRows ? 32 : 64;
 }
 
 int MidVariantFor(const MatMulInt4Problem& p, int requested, int rows = 64) {
@@ -599,9 +598,9 @@ Int4Path ChooseInt4Path(const MatMulInt4Problem& p, int64_t tiled_min_m, const I
     const int64_t sm90_min_m = sm90 == nullptr                              ? 0
                                : a.n * a.k >= (int64_t{1} << 25) ? std::min(sm90->min_m, sm90->min_m_large)
                                                                  : sm90->min_m;
-    const bool narrow_mid = sm90 != nullptr && sm90->narrow_k_split && !sm90->b_in_place && p.m <= 64 &&
+    const bool narrow_mid = sm90 != nullptr && sm90->narrow_rules && !sm90->b_in_place && p.m <= 64 &&
                             p.m >= sm90_min_m && Aligned16(p.x) && Aligned16(p.b) &&
-                            (NarrowKSplitLayer(p) || MidTwoRowLayer(p));
+                            NarrowRuleFor(p) != NarrowRule::kNone;
     if (sm90 != nullptr && sm90->scales_t != nullptr && p.m >= sm90_min_m && !narrow_mid && Sm90ShapeOk<T>(p) &&
         sm90::Int4GemmSupported(Sm90Args<T>(p, sm90), std::is_same<T, __nv_bfloat16>::value)) {
       return Int4Path::kSm90;

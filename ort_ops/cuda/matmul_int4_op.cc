@@ -61,7 +61,7 @@ class MatMulInt4Cuda final : public Kernel {
     pdl_setting_ = CudaPdlSetting();
     sm90_.min_m = CudaInt4Sm90MinM();
     sm90_ = CudaInt4Sm90Knobs(sm90_);
-    sm90_.narrow_k_split = mid_variant_ != kInt4MidNoKSplit;  // "nosplit": the GEMM from its own min M
+    sm90_.narrow_rules = mid_variant_ != kInt4MidNoKSplit;  // "nosplit": the GEMM from its own min M
     if (sm90_.min_m != kInt4Sm90MinM) sm90_.min_m_large = sm90_.min_m;  // an explicit setting wins
     sm90_.shuf.variant = EnvInt("PYQUANT_INT4_SHUF_VARIANT", -1);
     sm90_.shuf.wide_fill = EnvInt("PYQUANT_INT4_WIDE_FILL", kInt4ShuffledWideFill);

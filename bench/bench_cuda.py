@@ -57,7 +57,7 @@ Methods (fp16 activations):
                     default list)
   pyquant_int4_from<M>  the Hopper GEMM from M on (PYQUANT_INT4_SM90_MIN_M) (not in the default list)
   pyquant_int4_again  the default again: an A/A control of the noise between methods (not in the default list)
-  pyquant_int4_mid<v>  the 9 <= M <= 64 mma.sync kernel variant v (PYQUANT_INT4_MID_VARIANT, 0..10),
+  pyquant_int4_mid<v>  the 9 <= M <= 64 mma.sync kernel variant v (PYQUANT_INT4_MID_VARIANT, 0..13),
                     Hopper GEMM from M = 65 (not in the default list)
   pyquant_int4_r32 / _mid<v>r32  the same (default variant / variant v) with 32 rows per CTA at
                     33 <= M <= 64 (PYQUANT_INT4_MID_ROWS=32: two grid rows of MT = 2)
@@ -229,7 +229,7 @@ METHOD_ENV = {
             "PYQUANT_INT4_SM90_MIN_M": "65",
             **_PLAIN,
         }  # noqa: E501
-        for i in range(11)
+        for i in range(14)
     },
     # the same at 33 <= M <= 64 with 32 rows per CTA (MT = 2, two grid rows; PYQUANT_INT4_MID_ROWS=32):
     # r32 = the default variant choice there, mid<v>r32 = variant v

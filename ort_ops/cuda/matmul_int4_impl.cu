@@ -41,6 +41,7 @@
 #include "cuda/device_info.h"
 #include "cuda/matmul_int4.h"
 #include "cuda/matmul_int4_impl.cuh"
+#include "cuda/matmul_int4_staged.h"
 #if PYQUANT_WITH_SM90
 #include "cuda/sm90/int4_gemm_sm90.h"
 #endif
@@ -410,10 +411,14 @@ void LaunchGemvVariant(int v, const T* x, const uint8_t* b, const T* s, const ui
 //   9: NT 4, 16 warps, U 1, prefetch (MT 2: none; MT 4: NT 1, none): variant 3 with twice the warps
 //     per SM (variant 3 at M = 16 on 4096^2 is latency-bound: …-s6-ncu-int4-m16.txt)
 //   10: variant 3 in sm_90 clusters of kS = 2 / 4 / 8 CTAs splitting K (ClusterKSplitFor): narrow layers
+//   11..13: the staged kernel (matmul_int4_staged_impl.cu: X and the weights through a cp.async
+//     pipeline in shared memory) with CTA shape kInt4StagedAuto / Wide / Tall; where it does not
+//     apply (block_size < 64, K not a whole number of its stages) variant 3 runs instead
 constexpr int kMidRingFirst = 5;
 constexpr int kMid16Warps = kMidRingFirst + kInt4RingVariants;  // 9
 constexpr int kMidKSplit = kMid16Warps + 1;                     // 10
-constexpr int kMidVariants = kMidKSplit + 1;
+constexpr int kMidStagedFirst = kMidKSplit + 1;                 // 11, 12, 13
+constexpr int kMidVariants = kMidStagedFirst + 3;
 
 // Default (H100, bench/results/2026-11-22-h100-s6-{mid,ring,mid9}-bench-cuda.md): the ring kernel
 // (variant 5) on wide layers with short rows up to M = 16 (4096 x 14336, K x N: 21.8 / 22.2 / 23.5
@@ -475,6 +480,11 @@ void LaunchMidVariant(int v, const T* x, const uint8_t* b, const T* s, const uin
   if (v >= kMidRingFirst && v < kMidRingFirst + kInt4RingVariants) {
     LaunchInt4Ring<T>(v - kMidRingFirst, MT, x, b, s, zp, bias, y, g, pdl, stream);
     return;
+  }
+  if (v >= kMidStagedFirst && v < kMidVariants) {
+    // its tiles follow M itself (grid.y covers the rest), not MT
+    if (LaunchInt4Staged<T>(v - kMidStagedFirst, x, b, s, zp, bias, y, g, pdl, stream) != cudaErrorNotSupported) return;
+    v = 3;
   }
   // MT = 4 keeps 64 accumulators per column pair: fewer weight fragments in flight there, so
   // that nothing spills (ptxas -v), except variant 9 at MT = 2 / 4 (32-40 bytes at its

@@ -103,9 +103,11 @@ def main() -> int:
             n_checked += check_int4(dtype, k, n, bs, sym, (1, 3, 9, 17, 70, 300 if n > 4096 else 520))
         # the 5 <= M <= 64 variants (register / cp.async ring), Hopper GEMM off
         if dtype != "float32" and "mid" in only:
-            for variant in (2, 3, 5, 7, 8, 9, 10):
-                # variant 10 splits K in clusters where the chunks allow it (kS = 4 / 2 here on an H100)
-                shapes = ((4096, 40, 64, False), (2048, 136, 128, True)) if variant == 10 else ()
+            for variant in (2, 3, 5, 7, 8, 9, 10, 12, 13):
+                # variant 10 splits K in clusters where the chunks allow it (kS = 4 / 2 here on an H100);
+                # the staged kernel (12 / 13) needs block_size >= 64 and whole stages of K, and splits
+                # K in clusters of up to 8 on narrow layers
+                shapes = ((4096, 40, 64, False), (2048, 136, 128, True)) if variant in (10, 12, 13) else ()
                 with knobs({"PYQUANT_INT4_MID_VARIANT": str(variant), "PYQUANT_INT4_SM90_MIN_M": "65"}):
                     for k, n, bs, sym in ((1000, 37, 32, False), (512, 136, 128, True), *shapes):
                         n_checked += check_int4(dtype, k, n, bs, sym, (5, 16, 33, 64))

@@ -13,7 +13,9 @@ from tests.cuda.test_cuda_ops import _check_int4, _int4_case, _session
 
 pytestmark = pytest.mark.cuda
 
-N_VARIANTS = 11  # 10: variant 3 in sm_90 clusters that split K (kS = 2 / 4 here, 1 off sm_90)
+# 10: variant 3 in sm_90 clusters that split K (kS = 2 / 4 here, 1 off sm_90); 11..13: the staged
+# kernel (auto / wide / tall CTA shape; variant 3 where block_size < 64 or K is not whole stages)
+N_VARIANTS = 14
 
 
 @pytest.mark.parametrize("variant", range(-1, N_VARIANTS))
@@ -57,6 +59,23 @@ def test_int4_mid_k_split_clusters_of_8(rng, dtype, kn):
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, 64, dtype, False, True)
     sess = _session(model, env={"PYQUANT_INT4_SM90_MIN_M": str(1 << 40), "PYQUANT_INT4_MID_VARIANT": "10"})
     _check_int4(sess, rng, [5, 16, 17, 40, 64], k, n, 64, dtype, b, scales_t, zp, bias_t)
+
+
+@pytest.mark.parametrize("shape", [1, 2])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("bs", [64, 128, 256])
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("kn", [(4096, 520), (14336, 264), (2048, 1032), (1024, 4096), (512, 24)])
+def test_int4_mid_staged(rng, shape, dtype, bs, symmetric, kn):
+    """The staged kernel (matmul_int4_staged_impl.cu; variants 12 / 13 = its wide / tall CTA
+    shape) wherever it applies: N not a multiple of its 256 / 128 rows (nor of 16: 264, 520, 1032,
+    24), K split over clusters of 1 .. 8 CTAs on an H100 (14336 x 264: 8; 1024 x 4096: none),
+    every token-tile count (M = 5 .. 64: 8, 16, 32, 64 tokens per CTA, partial ones)."""
+    k, n = kn
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
+    env = {"PYQUANT_INT4_SM90_MIN_M": str(1 << 40), "PYQUANT_INT4_MID_VARIANT": str(11 + shape)}
+    sess = _session(model, env=env)
+    _check_int4(sess, rng, [5, 8, 9, 16, 17, 31, 33, 48, 64], k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

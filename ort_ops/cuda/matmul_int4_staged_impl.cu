@@ -1,0 +1,455 @@
+// MatMulInt4: the staged mma kernel, row-major B (the layout of the file, int4_block.h), for small
+// and medium M (mid variants kInt4StagedVariantFirst.., matmul_int4_impl.cu).
+//
+// Why: the register kernels (int4_smallm_kernel) read X straight from L1 / L2 in every CTA, with
+// each lane's X load right before its MMAs, and keep their weights in flight in registers; in the
+// profiles they are latency-bound (about one eligible warp per scheduler, long-scoreboard stalls
+// first) at 33-54 % of the HBM floor at M = 16. Here both operands stream through a kStages-deep
+// cp.async pipeline in shared memory (bytes in flight cost no registers), X is staged once per CTA
+// for all its column tiles, and the weight fragments come out of shared memory by ldmatrix.
+//
+// Operands: the weights are mma.sync's A operand (16 weight rows = 16 output columns n per tile),
+// X its B operand (8 tokens per n8 tile), so M <= 8 wastes nothing and each decoded weight
+// fragment serves the CTA's 8 * MT8 tokens.
+//
+// One CTA: kWarps = WN * WK warps. Warp (wn, wk) owns the n16 tiles wn * NT .. wn * NT + NT - 1 of
+// the CTA's kRows = 16 * NT * WN rows and, in every stage, the 64-wide K "unit" wk of the stage's
+// WK units (kStageK = 64 * WK). After the mainloop the WK warps of a row range and the kS ranks
+// of a cluster (K split) add their partial tiles in a fixed order.
+//
+// Stage layout (bytes), s = stage slot:
+//   W: [row r = 0 .. kRows - 1][kRowChunks 16-byte chunks = kStageK / 2 bytes]; chunk c of row r
+//      at chunk position c ^ ((r / (8 / kRowChunks)) % kRowChunks): the 8 row addresses of one
+//      ldmatrix phase (same c, 8 consecutive rows) then hit 8 different 16-byte bank groups.
+//   X: [token t = 0 .. 8 MT8 - 1][kStageK * 2 bytes]; 16-byte chunk c of token t at c ^ ((t & 1) << 2):
+//      one 16-byte-per-lane phase (tokens t, t + 1, chunks c0 .. c0 + 3) is then conflict-free.
+//   Tokens >= M and rows >= N are zero-filled (cp.async with 0 source bytes).
+//
+// The k <-> fragment-slot mapping (the MMA sums over k in any order; A and B use the same one):
+// ldmatrix.x4 of tile j gives lane (g = lane / 4, t = lane % 4) four words: rows g and g + 8 of
+// the tile, each over the unit's k spans 0 and 1 (32 codes each); a word holds codes
+// k = 32 span + 8 t + i in nibble i (i = 0 .. 7; low nibble = even k). The decode pairs nibbles
+// (i, i + 4) in one register (DecodeShufWord: (v & 0x000F000F) etc.), so
+//   step 2 span:     a0 / a1 = rows g / g + 8 at nibbles (0, 4), a2 / a3 at (1, 5)
+//   step 2 span + 1: a0 / a1 at (2, 6), a2 / a3 at (3, 7)
+// and lane (g, t)'s B fragments are X[token g][32 span + 8 t + (0, 4)], (1, 5) / (2, 6), (3, 7):
+// one 16-byte shared load of X[token g][32 span + 8 t .. + 7] and four byte permutes.
+// Accumulator c0, c1 = row g, tokens 2 t, 2 t + 1; c2, c3 = row g + 8.
+//
+// Scales: (q - zp) * s rounded once to T (as every fast kernel of this op). block_size >= 64, so a
+// unit lies in one block; each lane loads its rows' scales and zero points for stage i + 1 during
+// stage i (two register slots, the loop unrolled by 2: a register is never moved while its load
+// is in flight).
+//
+// Preconditions (LaunchInt4Staged checks them, else cudaErrorNotSupported): T = __half /
+// __nv_bfloat16, block_size >= 64, K % kStageK == 0 (so B rows have no padding), 16-byte aligned
+// X and B, and a K split only on sm_90 (clusters).
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/device_info.h"
+#include "cuda/matmul_int4.h"
+#include "cuda/matmul_int4_impl.cuh"
+#include "cuda/matmul_int4_shuffled_impl.cuh"
+#include "cuda/matmul_int4_staged.h"
+
+namespace pyquant {
+
+using namespace cuda_detail;
+
+namespace {
+
+template <int MT8, int NT, int WN, int WK, int kStages>
+struct StagedShape {
+  static constexpr int kWarps = WN * WK;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kRows = 16 * NT * WN;      // weight rows (output columns) per CTA
+  static constexpr int kTokens = 8 * MT8;         // tokens per CTA
+  static constexpr int kStageK = 64 * WK;         // k per stage: one 64-wide unit per k-warp
+  static constexpr int kRowChunks = kStageK / 32;  // 16-byte chunks of a weight row per stage
+  static constexpr int kWBytes = kRows * kStageK / 2;
+  static constexpr int kXRowBytes = kStageK * 2;
+  static constexpr int kXBytes = kTokens * kXRowBytes;
+  static constexpr int kStageBytes = kWBytes + kXBytes;
+  static constexpr int kPartStride = kRows + 4;  // fp32 words per token row of a partial tile
+  static constexpr int kPartBytes = WK * kTokens * kPartStride * 4;
+  static constexpr int kSmem = std::max(kStages * kStageBytes, kPartBytes);
+  static_assert(kRowChunks == 2 || kRowChunks == 4 || kRowChunks == 8, "W swizzle covers 2 / 4 / 8 chunks per row");
+  static_assert(kWBytes % (16 * kThreads) == 0, "whole cp.async pieces per thread");
+};
+
+__device__ __forceinline__ void StagedLdmatrix4(uint32_t (&r)[4], const void* smem) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ uint4 StagedLds128(const void* smem) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+  return v;
+}
+
+// The decode constants of one weight row in one block (DecodeShufWord's ShufRows with both of
+// its rows = this row) from its raw scale s (T) and zero point z (0..15), in integer arithmetic:
+// kBias + z is exact in T (fp16 0x6400 + z = 1024 + z; bf16 0x4300 + z = 128 + z), and so is
+// fp16's -(64 + z) = 0xD400 + 16 z (ulp 1/16 at 64).
+template <typename T>
+__device__ __forceinline__ ShufRows<T> StagedRow(T s, int z) {
+  constexpr uint32_t kBiasBits = std::is_same<T, __half>::value ? 0x6400u : 0x4300u;
+  ShufRows<T> r;
+  r.zb0 = (kBiasBits + uint32_t(z)) * 0x10001u;
+  r.zb1 = std::is_same<T, __half>::value ? (0xD400u + 16u * uint32_t(z)) * 0x10001u : r.zb0;
+  r.s0 = r.s1 = Pack2<T>(s, s);
+  return r;
+}
+
+// A lane's scales and zero points of one stage: tile j, row half h (rows g, g + 8).
+template <typename T, int NT, bool kAsym>
+struct StagedScales {
+  T s[NT][2];
+  uint8_t z[kAsym ? NT : 1][2];  // the zero-point byte (two blocks' nibbles); none when symmetric
+};
+
+// x [M, K] T, b [N, K / 2] (row-major, row_bytes = K / 2), scales [N, nb] T, zp [N, zp_row_bytes]
+// or nullptr, bias [N] T or nullptr, y [M, N] T. grid = (ceil(N / kRows) * kS, ceil(M / (8 MT8))),
+// cluster (ks, 1, 1) (ks = 1: none; > 1 on sm_90 only), block kThreads, dynamic shared memory kSmem.
+template <typename T, int MT8, int NT, int WN, int WK, int kStages, bool kAsym, int kMinBlocks>
+__global__ void __launch_bounds__(32 * WN * WK, kMinBlocks)
+    int4_staged_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
+                       const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
+                       int ks, bool weights_early) {
+  using S = StagedShape<MT8, NT, WN, WK, kStages>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int gr = lane >> 2, tq = lane & 3;
+  const int wn = warp % WN, wk = warp / WN;
+  const int rank = static_cast<int>(blockIdx.x % ks);
+  const int row0 = static_cast<int>(blockIdx.x / ks) * S::kRows;  // the CTA's first weight row
+  const int m0 = blockIdx.y * S::kTokens;
+  const int stages = g.k / S::kStageK;
+  const int s_begin = static_cast<int>((int64_t(stages) * rank) / ks);
+  const int n_my = static_cast<int>((int64_t(stages) * (rank + 1)) / ks) - s_begin;
+  const int64_t row_bytes = g.k / 2;
+
+  auto w_stage = [&](int slot) { return smem + slot * S::kStageBytes; };
+  auto x_stage = [&](int slot) { return smem + slot * S::kStageBytes + S::kWBytes; };
+  // Stage i (of this rank) into slot i % kStages. Thread tid copies pieces tid + q * kThreads:
+  // W rows r = tid / kRowChunks + q * (kThreads / kRowChunks), chunk c = tid % kRowChunks (fixed);
+  // X tokens t = tid / kXChunks + q * (kThreads / kXChunks), chunk tid % kXChunks.
+  constexpr int kXChunks = S::kXRowBytes / 16;
+  static_assert(S::kThreads % S::kRowChunks == 0 && S::kThreads % kXChunks == 0, "fixed chunk per thread");
+  const int w_r = tid / S::kRowChunks, w_c = tid % S::kRowChunks;
+  const int x_t = tid / kXChunks, x_c = tid % kXChunks;
+  const uint8_t* w_src = b + int64_t(row0 + w_r) * row_bytes + 16 * w_c;
+  const T* x_src = x + int64_t(m0 + x_t) * g.k + 8 * x_c;
+  auto load_w = [&](int i) {
+    uint8_t* dst = w_stage(i % kStages);
+    const int64_t kbyte = int64_t(s_begin + i) * (S::kStageK / 2);
+    constexpr int kRowStep = S::kThreads / S::kRowChunks;
+#pragma unroll
+    for (int q = 0; q < S::kWBytes / 16 / S::kThreads; ++q) {
+      const int r = w_r + q * kRowStep;
+      const bool valid = row0 + r < g.n;
+      const uint8_t* src = valid ? w_src + q * kRowStep * row_bytes + kbyte : b;
+      const int pc = w_c ^ ((r / (8 / S::kRowChunks)) % S::kRowChunks);
+      CpAsync16(dst + r * (S::kStageK / 2) + 16 * pc, src, valid);
+    }
+  };
+  auto load_x = [&](int i) {
+    uint8_t* dst = x_stage(i % kStages);
+    const int64_t k0 = int64_t(s_begin + i) * S::kStageK;
+    constexpr int kTokStep = S::kThreads / kXChunks;
+#pragma unroll
+    for (int q = 0; q < (S::kTokens * kXChunks + S::kThreads - 1) / S::kThreads; ++q) {
+      const int t = x_t + q * kTokStep;
+      if (t < S::kTokens) {
+        const bool valid = m0 + t < g.m;
+        const T* src = valid ? x_src + int64_t(q) * kTokStep * g.k + k0 : x;
+        CpAsync16(dst + t * S::kXRowBytes + 16 * (x_c ^ ((t & 1) << 2)), src, valid);
+      }
+    }
+  };
+  // This lane's scales of stage i: rows row0 + 16 (wn NT + j) + gr (+ 8), block of unit wk.
+  auto load_scales = [&](int i, StagedScales<T, NT, kAsym>& sc) {
+    const int blk = ((s_begin + i) * S::kStageK + 64 * wk) >> g.bs_log2;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + 16 * (wn * NT + j) + gr + 8 * h;
+        const bool valid = row < g.n;
+        sc.s[j][h] = valid ? scales[int64_t(row) * g.nb + blk] : StoreT<T>(0.0f);
+        if constexpr (kAsym) sc.z[j][h] = valid ? zp[int64_t(row) * g.zp_row_bytes + (blk >> 1)] : uint8_t{0x88};
+      }
+  };
+
+  float acc[NT][MT8][4];
+  ZeroAcc(acc);
+
+  // Prologue: stages 0 .. kStages - 2 in flight; group p holds X of stage p (and group 0 every
+  // prologue weight copy), so waiting for group p covers stage p. Weights before the wait for the
+  // previous grid only when they are constant (weights_early); X after it.
+  PdlAllowDependents();
+  if (!weights_early) PdlWaitPrimary();
+#pragma unroll
+  for (int p = 0; p < kStages - 1; ++p)
+    if (p < n_my) load_w(p);
+  if (weights_early) PdlWaitPrimary();
+#pragma unroll
+  for (int p = 0; p < kStages - 1; ++p) {
+    if (p < n_my) load_x(p);
+    CpAsyncCommit();
+  }
+
+  // ldmatrix row address of this lane: matrix lane / 8 = (row half, span), row lane % 8.
+  const int lm_row = (lane & 7) + 8 * ((lane >> 3) & 1);
+  const int lm_span = lane >> 4;
+
+  auto step = [&](int i, const StagedScales<T, NT, kAsym>& cur, StagedScales<T, NT, kAsym>& nxt) {
+    CpAsyncWait<kStages - 2>();
+    __syncthreads();  // stage i landed for every thread; slot (i - 1) % kStages is free again
+    if (i + kStages - 1 < n_my) {
+      load_w(i + kStages - 1);
+      load_x(i + kStages - 1);
+    }
+    CpAsyncCommit();
+    if (i + 1 < n_my) load_scales(i + 1, nxt);
+
+    const uint8_t* ws = w_stage(i % kStages);
+    const uint8_t* xs = x_stage(i % kStages);
+    uint32_t wq[NT][4];  // tile j: rows g / g + 8 x spans 0 / 1 (ldmatrix matrices 0..3)
+    auto ldmatrix_tile = [&](int j) {
+      const int r = 16 * (wn * NT + j) + lm_row;
+      const int c = 2 * wk + lm_span;
+      StagedLdmatrix4(wq[j], ws + r * (S::kStageK / 2) + 16 * (c ^ ((r / (8 / S::kRowChunks)) % S::kRowChunks)));
+    };
+    // Block of this warp's unit: its zero-point nibble within the loaded byte.
+    const int zp_nibble = (((s_begin + i) * S::kStageK + 64 * wk) >> g.bs_log2) & 1;
+    auto row_of = [&](int j, int h) {
+      const int z = kAsym ? Int4ZeroPointAt(&cur.z[j][h], zp_nibble) : kInt4SymmetricZeroPoint;
+      return StagedRow<T>(cur.s[j][h], z);
+    };
+    // Tile j's A registers of the span's two steps: [step][a0..a3].
+    auto decode = [&](int j, int span, uint32_t (&a)[2][4]) {
+      uint32_t dg[4], dh[4];
+      DecodeShufWord<T, true>(wq[j][2 * span], row_of(j, 0), dg);
+      DecodeShufWord<T, true>(wq[j][2 * span + 1], row_of(j, 1), dh);
+      a[0][0] = dg[0], a[0][1] = dh[0], a[0][2] = dg[1], a[0][3] = dh[1];
+      a[1][0] = dg[2], a[1][1] = dh[2], a[1][2] = dg[3], a[1][3] = dh[3];
+    };
+    // Token tile mi's B registers of the span's two steps: [step][b0, b1].
+    auto load_xb = [&](int mi, int span, uint32_t (&xb)[2][2]) {
+      const int t = 8 * mi + gr;
+      const int c = 8 * wk + 4 * span + tq;
+      const uint4 xv = StagedLds128(xs + t * S::kXRowBytes + 16 * (c ^ ((t & 1) << 2)));
+      xb[0][0] = __byte_perm(xv.x, xv.z, 0x5410);
+      xb[0][1] = __byte_perm(xv.x, xv.z, 0x7632);
+      xb[1][0] = __byte_perm(xv.y, xv.w, 0x5410);
+      xb[1][1] = __byte_perm(xv.y, xv.w, 0x7632);
+    };
+    auto mma2 = [&](float (&c)[4], const uint32_t (&a)[2][4], const uint32_t (&xb)[2][2]) {
+      Mma16816<T>(c, a[0][0], a[0][1], a[0][2], a[0][3], xb[0][0], xb[0][1]);
+      Mma16816<T>(c, a[1][0], a[1][1], a[1][2], a[1][3], xb[1][0], xb[1][1]);
+    };
+    if constexpr (MT8 <= 2) {
+      // few tokens: X's fragments of both spans first, then one tile at a time (registers)
+      uint32_t xb[2][MT8][2][2];
+#pragma unroll
+      for (int span = 0; span < 2; ++span)
+#pragma unroll
+        for (int mi = 0; mi < MT8; ++mi) load_xb(mi, span, xb[span][mi]);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        ldmatrix_tile(j);
+#pragma unroll
+        for (int span = 0; span < 2; ++span) {
+          uint32_t a[2][4];
+          decode(j, span, a);
+#pragma unroll
+          for (int mi = 0; mi < MT8; ++mi) mma2(acc[j][mi], a, xb[span][mi]);
+        }
+      }
+    } else {
+      // many tokens: the span's tiles decoded first, then one token tile's X at a time
+#pragma unroll
+      for (int j = 0; j < NT; ++j) ldmatrix_tile(j);
+#pragma unroll
+      for (int span = 0; span < 2; ++span) {
+        uint32_t a[NT][2][4];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) decode(j, span, a[j]);
+#pragma unroll
+        for (int mi = 0; mi < MT8; ++mi) {
+          uint32_t xb[2][2];
+          load_xb(mi, span, xb);
+#pragma unroll
+          for (int j = 0; j < NT; ++j) mma2(acc[j][mi], a[j], xb);
+        }
+      }
+    }
+  };
+
+  StagedScales<T, NT, kAsym> sc0, sc1;
+  if (n_my > 0) load_scales(0, sc0);
+#pragma unroll 1
+  for (int i = 0; i < n_my; i += 2) {
+    step(i, sc0, sc1);
+    if (i + 1 < n_my) step(i + 1, sc1, sc0);
+  }
+  CpAsyncWait<0>();
+  __syncthreads();  // every warp is done with the pipeline's shared memory
+
+  // Partial tiles part[wk][token][row] (fp32) over the pipeline's bytes.
+  float* part = reinterpret_cast<float*>(smem);
+  constexpr int kTile = S::kTokens * S::kPartStride;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int mi = 0; mi < MT8; ++mi)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int row = 16 * (wn * NT + j) + gr + (r >= 2 ? 8 : 0);
+        const int tok = 8 * mi + 2 * tq + (r & 1);
+        part[wk * kTile + tok * S::kPartStride + row] = acc[j][mi][r];
+      }
+  __syncthreads();
+
+  // Tokens-major elements e = tok * kRows + row: consecutive threads store consecutive rows.
+  constexpr int kElems = S::kTokens * S::kRows;
+  auto store = [&](int e, float v) {
+    const int tok = e / S::kRows, row = e % S::kRows;
+    if (m0 + tok >= g.m || row0 + row >= g.n) return;
+    if (bias) v += LoadF(bias, row0 + row);
+    y[int64_t(m0 + tok) * g.n + row0 + row] = StoreT<T>(v);
+  };
+  auto wk_sum = [&](int e) {
+    const int at = (e / S::kRows) * S::kPartStride + e % S::kRows;
+    float v = part[at];
+#pragma unroll
+    for (int q = 1; q < WK; ++q) v += part[q * kTile + at];
+    return v;
+  };
+  if (ks == 1) {
+    for (int e = tid; e < kElems; e += S::kThreads) store(e, wk_sum(e));
+  } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if constexpr (WK > 1) {
+      // the k-warps' sum into part[0] (each element read and written by one thread)
+      for (int e = tid; e < kElems; e += S::kThreads) {
+        const float v = wk_sum(e);
+        part[(e / S::kRows) * S::kPartStride + e % S::kRows] = v;
+      }
+    }
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every rank's partial tile is complete
+    // Rank r adds slice r of the tile over ranks 0 .. kS - 1, in rank order (reproducible).
+    const int e_begin = (kElems / ks) * rank, e_end = e_begin + kElems / ks;  // kElems % 8 == 0
+    for (int e = e_begin + tid; e < e_end; e += S::kThreads) {
+      const int at = (e / S::kRows) * S::kPartStride + e % S::kRows;
+      float v = 0.0f;
+      for (int q = 0; q < ks; ++q) v += cluster.map_shared_rank(part, q)[at];
+      store(e, v);
+    }
+    cluster.sync();  // no rank exits while another still reads its shared memory
+#endif
+  }
+}
+
+template <typename T, int MT8, int NT, int WN, int WK, bool kAsym>
+cudaError_t LaunchStaged(int ks, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
+                         const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
+  constexpr int kStages = 4;
+  using S = StagedShape<MT8, NT, WN, WK, kStages>;
+  // Two CTAs (16 warps) per SM where the shared memory allows and the accumulators fit 128 registers.
+  constexpr int kMinBlocks = S::kSmem <= 110 * 1024 && MT8 <= 4 ? 2 : 1;
+  auto kernel = int4_staged_kernel<T, MT8, NT, WN, WK, kStages, kAsym, kMinBlocks>;
+  // Over 48 KB of dynamic shared memory needs an opt-in, once per device and kernel instance.
+  static std::atomic<uint64_t> smem_set_on{0};
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  const uint64_t dev_bit = dev < 64 ? uint64_t{1} << dev : 0;
+  if (dev_bit == 0 || (smem_set_on.load(std::memory_order_acquire) & dev_bit) == 0) {
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem);
+    if (e != cudaSuccess) return e;
+    smem_set_on.fetch_or(dev_bit, std::memory_order_acq_rel);
+  }
+  const dim3 grid(static_cast<unsigned>((g.n + S::kRows - 1) / S::kRows * ks),
+                  static_cast<unsigned>((g.m + S::kTokens - 1) / S::kTokens));
+  return LaunchWithPdlCluster(kernel, grid, dim3(S::kThreads), S::kSmem, static_cast<unsigned>(ks), stream,
+                              pdl.launch, x, b, s, zp, bias, y, g, ks, pdl.weights_early);
+}
+
+// The column tiles per warp at MT8 token tiles: 4 up to 16 tokens, else 2 (accumulators).
+constexpr int StagedNt(int mt8) { return mt8 <= 2 ? 4 : 2; }
+
+template <typename T, int MT8>
+cudaError_t LaunchStagedShape(const Int4StagedPlan& plan, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
+                              const T* bias, T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
+  constexpr int NT = StagedNt(MT8);
+  if (zp != nullptr) {
+    return plan.tall ? LaunchStaged<T, MT8, NT, 2, 4, true>(plan.ks, x, b, s, zp, bias, y, g, pdl, stream)
+                     : LaunchStaged<T, MT8, NT, 4, 2, true>(plan.ks, x, b, s, zp, bias, y, g, pdl, stream);
+  }
+  return plan.tall ? LaunchStaged<T, MT8, NT, 2, 4, false>(plan.ks, x, b, s, zp, bias, y, g, pdl, stream)
+                   : LaunchStaged<T, MT8, NT, 4, 2, false>(plan.ks, x, b, s, zp, bias, y, g, pdl, stream);
+}
+
+}  // namespace
+
+Int4StagedPlan PlanInt4Staged(int shape, const Int4Geom& g) {
+  Int4StagedPlan plan;
+  if (g.bs_log2 < 6) return plan;
+  plan.mt8 = g.m <= 8 ? 1 : g.m <= 16 ? 2 : g.m <= 32 ? 4 : 8;
+  const int nt = StagedNt(plan.mt8);
+  int dev = 0;
+  const bool sm90 = CurrentDeviceIsSm90(&dev);
+  const int sms = CudaSmCount(dev) > 0 ? CudaSmCount(dev) : 132;
+  const int64_t m_tiles = (g.m + 8 * plan.mt8 - 1) / (8 * plan.mt8);
+  // kInt4StagedAuto: the 4 x 2 warp grid unless its CTAs, even split 8 ways, cover fewer than the
+  // SMs; then the 2 x 4 one (half the rows per CTA, twice the K per stage).
+  auto ctas = [&](bool tall) { return (g.n + 16 * nt * (tall ? 2 : 4) - 1) / (16 * nt * (tall ? 2 : 4)) * m_tiles; };
+  plan.tall = shape == kInt4StagedTall || (shape == kInt4StagedAuto && ctas(false) * 8 < sms);
+  const int stage_k = 64 * (plan.tall ? 4 : 2);
+  if (g.k % stage_k != 0) return plan;
+  const int stages = g.k / stage_k;
+  // The K split: the smallest of 1, 2, 4, 8 that gives >= 1.5 CTAs per SM, each rank >= 2 stages.
+  plan.ks = 1;
+  if (sm90) {
+    while (plan.ks < 8 && ctas(plan.tall) * plan.ks * 2 < 3 * int64_t(sms) && stages / (2 * plan.ks) >= 2) plan.ks *= 2;
+  }
+  plan.ok = true;
+  return plan;
+}
+
+template <typename T>
+cudaError_t LaunchInt4Staged(int shape, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias,
+                             T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
+  const Int4StagedPlan plan = PlanInt4Staged(shape, g);
+  if (!plan.ok || g.row_bytes != g.k / 2) return cudaErrorNotSupported;
+  switch (plan.mt8) {
+    case 1:
+      return LaunchStagedShape<T, 1>(plan, x, b, s, zp, bias, y, g, pdl, stream);
+    case 2:
+      return LaunchStagedShape<T, 2>(plan, x, b, s, zp, bias, y, g, pdl, stream);
+    case 4:
+      return LaunchStagedShape<T, 4>(plan, x, b, s, zp, bias, y, g, pdl, stream);
+    default:
+      return LaunchStagedShape<T, 8>(plan, x, b, s, zp, bias, y, g, pdl, stream);
+  }
+}
+
+template cudaError_t LaunchInt4Staged<__half>(int, const __half*, const uint8_t*, const __half*, const uint8_t*,
+                                              const __half*, __half*, const Int4Geom&, PdlMode, cudaStream_t);
+template cudaError_t LaunchInt4Staged<__nv_bfloat16>(int, const __nv_bfloat16*, const uint8_t*, const __nv_bfloat16*,
+                                                     const uint8_t*, const __nv_bfloat16*, __nv_bfloat16*,
+                                                     const Int4Geom&, PdlMode, cudaStream_t);
+
+}  // namespace pyquant

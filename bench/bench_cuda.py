@@ -64,6 +64,8 @@ Methods (fp16 activations):
                     (not in the default list)
   pyquant_int4_nosplit  the default without the narrow-layer rules of sessions 18 / 19 (cluster K
                     split, two-row variant 9) (PYQUANT_INT4_MID_VARIANT=nosplit) (not in the default list)
+  pyquant_int4_nostaged  the default without the staged kernel of session 20, i.e. the session-19
+                    dispatch (PYQUANT_INT4_MID_VARIANT=nostaged) (not in the default list)
   pyquant_{int4,fp8}_nopdl / _pdllate  programmatic dependent launch off (PYQUANT_CUDA_PDL=0) / on
                     without early weight loads ("late"): ort_ops/cuda/pdl.h (not in the default list)
   pyquant_fp8_gpdl / _g512  the Hopper GEMM under PDL above M = 512 with a late quantizer trigger
@@ -185,6 +187,8 @@ METHOD_ENV = {
     "pyquant_fp8_portable": {"PYQUANT_FP8_SM90_MIN_M": str(1 << 40)},
     # the default before session 18 on narrow layers: no cluster K split (matmul_int4_impl.cu)
     "pyquant_int4_nosplit": {"PYQUANT_INT4_MID_VARIANT": "nosplit"},
+    # the default without the staged kernel (the session-19 dispatch)
+    "pyquant_int4_nostaged": {"PYQUANT_INT4_MID_VARIANT": "nostaged"},
     # LinearFp8 variants (ort_ops/cuda/linear_fp8.h, Fp8Options): the swapped-operand M <= 8
     # kernel, sm90 GEMM tiles (FastAccum 128x128 / 128x256, 2x1 clusters; fp16 output) and
     # scheduler knobs; sm90min<M>: the GEMM from M on (the portable kernels below it).

@@ -101,10 +101,12 @@ size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m 
 // gemv_variant: the M <= 8 kernel variant (matmul_int4_impl.cu), -1 = the default choice.
 // pdl: programmatic dependent launch of the fast kernels (cuda/pdl.h; the sm90 GEMM: sm90/launch_control.h).
 // mid_variant: the 9 <= M <= 64 kernel variant (matmul_int4_impl.cu), -1 = the default choice,
-// kInt4MidNoKSplit = the default without the narrow-layer rules (benchmarks).
+// kInt4MidNoKSplit = the default without the narrow-layer rules (benchmarks), kInt4MidNoStaged = the
+// default without the staged kernel (the session-19 choice; benchmarks).
 // mid_rows: the M rows one CTA of that kernel covers at 33 <= M <= 64: 64 (MT = 4 m16 tiles, one grid
 // row), 32 (MT = 2, two grid rows), 0 = the default choice.
 constexpr int kInt4MidNoKSplit = -2;
+constexpr int kInt4MidNoStaged = -3;
 template <typename T>
 cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, int64_t tiled_min_m = kInt4TiledMinM,
                              Int4Workspace ws = {}, const Int4Sm90Prepared* sm90 = nullptr, int gemv_variant = -1,

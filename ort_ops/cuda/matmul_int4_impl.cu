@@ -457,18 +457,49 @@ NarrowRule NarrowRuleFor(const MatMulInt4Problem& p) {
   return NarrowRule::kNone;
 }
 
+// The default choice is asked for: -1, or kInt4MidNoStaged (the same without the staged kernel).
+bool MidDefault(int requested) { return requested == -1 || requested == kInt4MidNoStaged; }
+
 bool MidKSplitByDefault(const MatMulInt4Problem& p, int requested) {
-  return requested == -1 && p.m >= 5 && p.m <= 64 && NarrowRuleFor(p) == NarrowRule::kKSplit;
+  return MidDefault(requested) && p.m >= 5 && p.m <= 64 && NarrowRuleFor(p) == NarrowRule::kKSplit;
+}
+
+// The staged kernel by default (s20; H100, bench/results/2026-11-25-h100-s20-staged-{narrow,square}-bench-cuda.md,
+// µs at M = 5 / 16 / 32 / 64 against the s19 default, torch fp16 in brackets), sm_90 only (measured there):
+//   * kTwoRows layers (N ~ 1024) up to M = 32, and at 33..64 where K >= 8192: 8192 x 1024 7.3 / 8.1 / 9.6 /
+//     14.8 vs 10.9 / 13.4 / 16.9 / 16.7 (10.7 / 10.9 / 11.0 / 10.9); 14336 x 1024 10.8 / 12.1 / 13.3 / 21.0
+//     vs 18.7 / 21.9 / 28.1 / 27.3 (14.7-15.9); 4096 x 1024 4.8 / 5.4 / 6.6 vs 5.8 / 7.7 / 9.1 (8.1-8.4),
+//     but at M = 48 / 64 9.8 / 9.9 vs 9.0 / 9.2 (two-row variant 9 stays there);
+//   * kKSplit layers (N <= 512) where K >= 8192 or M > 16: 14336 x 512 9.5 / 10.4 / 10.7 / 13.7 vs 13.0 /
+//     13.9 / 17.7 / 26.8 (10.1-10.8); 4096 x 512 at M = 32 / 64 5.2 / 7.2 vs 6.2 / 8.8, but at M = 5 / 16
+//     4.5 / 5.1 vs 4.3 / 5.0 (variant 10 stays there);
+//   * other row-major layers with K >= 8192 at M = 5..8: 14336 x 4096 24.1 / 24.2 vs 28.3 / 30.6 at M = 5 / 8
+//     (slower at 16: 26.4 vs 25.2; 4096^2 slower at every M).
+// Only where the kernel applies (block_size >= 64, whole stages of K, B rows unpadded).
+bool StagedByDefault(const MatMulInt4Problem& p, int requested) {
+  if (requested != -1 || p.m < 5 || p.m > 64 || !CurrentDeviceIsSm90()) return false;
+  const Int4Geom g = MakeInt4Geom(p.m, p.attrs);
+  if (g.row_bytes != g.k / 2 || !PlanInt4Staged(kInt4StagedAuto, g).ok) return false;
+  const bool long_k = p.attrs.k >= 8192;
+  switch (NarrowRuleFor(p)) {
+    case NarrowRule::kKSplit:
+      return long_k || p.m > 16;
+    case NarrowRule::kTwoRows:
+      return long_k || p.m <= 32;
+    default:
+      return long_k && p.m <= 8;
+  }
 }
 
 // M rows per CTA of the mid kernel at 33 <= M <= 64: 32 (MT = 2, two grid rows) or 64 (MT = 4, one).
 int MidRowsFor(const MatMulInt4Problem& p, int requested_variant, int requested_rows) {
   if (requested_rows == 32 || requested_rows == 64) return requested_rows;
-  return requested_variant == -1 && NarrowRuleFor(p) == NarrowRule::kTwoRows ? 32 : 64;
+  return MidDefault(requested_variant) && NarrowRuleFor(p) == NarrowRule::kTwoRows ? 32 : 64;
 }
 
 int MidVariantFor(const MatMulInt4Problem& p, int requested, int rows = 64) {
   if (requested >= 0 && requested < kMidVariants) return requested;
+  if (StagedByDefault(p, requested)) return kMidStagedFirst;
   if (MidKSplitByDefault(p, requested)) return kMidKSplit;
   if (WideShortRows(p) && p.m <= 16) return kMidRingFirst;
   return p.m <= 32 || rows == 32 ? kMid16Warps : 3;
@@ -694,9 +725,9 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
       case Int4Path::kSmallM8:
         // A pinned mid variant also serves M = 5..8 (benchmarks); by default the ring kernel does on wide
         // layers with short rows (4096 x 14336: 21.8 / 22.2 us at M = 5 / 8 vs 24.5 / 27.7), variant 10 on
-        // narrow ones (MidKSplitByDefault).
-        if (p.m > 4 && (mid_variant >= 0 ||
-                        (gemv_variant < 0 && (WideShortRows(p) || MidKSplitByDefault(p, mid_variant))))) {
+        // narrow ones (MidKSplitByDefault), the staged kernel where StagedByDefault says.
+        if (p.m > 4 && (mid_variant >= 0 || (gemv_variant < 0 && (WideShortRows(p) || StagedByDefault(p, mid_variant) ||
+                                                                   MidKSplitByDefault(p, mid_variant))))) {
           LaunchMidVariant<T, 1>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
           break;
         }

@@ -281,6 +281,7 @@ int CudaInt4GemvVariant() {
 int CudaInt4MidVariant() {
   const char* v = std::getenv("PYQUANT_INT4_MID_VARIANT");
   if (v != nullptr && std::strcmp(v, "nosplit") == 0) return kInt4MidNoKSplit;
+  if (v != nullptr && std::strcmp(v, "nostaged") == 0) return kInt4MidNoStaged;
   return v != nullptr && *v ? static_cast<int>(std::strtol(v, nullptr, 10)) : -1;
 }
 

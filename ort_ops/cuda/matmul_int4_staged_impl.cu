@@ -414,9 +414,14 @@ Int4StagedPlan PlanInt4Staged(int shape, const Int4Geom& g) {
   const int sms = CudaSmCount(dev) > 0 ? CudaSmCount(dev) : 132;
   const int64_t m_tiles = (g.m + 8 * plan.mt8 - 1) / (8 * plan.mt8);
   // kInt4StagedAuto: the 4 x 2 warp grid unless its CTAs, even split 8 ways, cover fewer than the
-  // SMs; then the 2 x 4 one (half the rows per CTA, twice the K per stage).
+  // SMs; then the 2 x 4 one (half the rows per CTA, twice the K per stage). At 64 tokens per CTA
+  // each tall CTA re-reads all of X for half the rows, which costs more than the CTAs it adds
+  // unless the wide grid is very small: tall only where the wide one, split 8 ways, covers fewer
+  // than a quarter of the SMs (wide CTAs * 32 < SMs). H100, M = 48 / 64 (…-s20-staged-narrow-bench-cuda.md): N = 1024
+  // wide 14.8 / 21.0 µs vs tall 19.5 / 27.2 (K = 8192 / 14336); N = 512 tall 13.6 vs wide 20.5.
   auto ctas = [&](bool tall) { return (g.n + 16 * nt * (tall ? 2 : 4) - 1) / (16 * nt * (tall ? 2 : 4)) * m_tiles; };
-  plan.tall = shape == kInt4StagedTall || (shape == kInt4StagedAuto && ctas(false) * 8 < sms);
+  const int64_t tall_factor = plan.mt8 == 8 ? 32 : 8;
+  plan.tall = shape == kInt4StagedTall || (shape == kInt4StagedAuto && ctas(false) * tall_factor < sms);
   const int stage_k = 64 * (plan.tall ? 4 : 2);
   if (g.k % stage_k != 0) return plan;
   const int stages = g.k / stage_k;

@@ -91,15 +91,20 @@ def test_int4_mid_default_wide_short_rows(rng, dtype, symmetric):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("symmetric", [True, False])
-@pytest.mark.parametrize("mid", [None, "nosplit"])
-@pytest.mark.parametrize("kn", [(4096, 264), (14336, 500), (2048, 40), (4096, 1000), (8200, 1024)])
+@pytest.mark.parametrize("mid", [None, "nosplit", "nostaged"])
+@pytest.mark.parametrize(
+    "kn", [(4096, 264), (14336, 500), (2048, 40), (4096, 1000), (8200, 1024), (8192, 1000), (8192, 2056)]
+)
 def test_int4_mid_default_narrow(rng, dtype, symmetric, mid, kn):
     """The default dispatch on narrow layers (variant 3 has at most SMs / 8 CTAs: N <= 512 on an
     H100): variant 10's cluster K split at M = 5..64, also where the Hopper GEMM would start (49);
     the GEMV at M <= 4. On N <= 1024 with K >= 4096 (4096 x 1000, 8200 x 1024 on an H100):
-    variant 9 in two grid rows of MT = 2 at M = 33..64, also from 49. PYQUANT_INT4_MID_VARIANT=nosplit:
-    the choice without these rules (the GEMV to M = 8, variant 9 to 32, variant 3, the Hopper GEMM
-    from 49 on sm_90)."""
+    variant 9 in two grid rows of MT = 2 at M = 33..64, also from 49. On sm_90 the staged kernel
+    takes part of both (StagedByDefault: 14336 x 500 at every M from 5, 4096 x 264 from 17,
+    4096 x 1000 to 32, 8192 x 1000 at every M from 5; 8200 x 1024 is not whole stages of K) and
+    serves 8192 x 2056 at M = 5..8. PYQUANT_INT4_MID_VARIANT=nosplit: the choice without these
+    rules (the GEMV to M = 8, variant 9 to 32, variant 3, the Hopper GEMM from 49 on sm_90);
+    nostaged: the session-19 choice (the rules without the staged kernel)."""
     k, n = kn
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, 128, dtype, symmetric, True)
     sess = _session(model, env={"PYQUANT_INT4_MID_VARIANT": mid} if mid else None)

@@ -60,8 +60,9 @@ Methods (fp16 activations):
   pyquant_int4_mid<v>  the 9 <= M <= 64 mma.sync kernel variant v (PYQUANT_INT4_MID_VARIANT, 0..13),
                     Hopper GEMM from M = 65 (not in the default list)
   pyquant_int4_r32 / _mid<v>r32  the same (default variant / variant v) with 32 rows per CTA at
-                    33 <= M <= 64 (PYQUANT_INT4_MID_ROWS=32: two grid rows of MT = 2)
-                    (not in the default list)
+                    33 <= M <= 64 (PYQUANT_INT4_MID_ROWS=32: two grid rows of MT = 2; the staged
+                    kernel, variants 11-13 or where it is the default, then takes 32 tokens per
+                    CTA in two grid rows) (not in the default list)
   pyquant_int4_nosplit  the default without the narrow-layer rules of sessions 18 / 19 (cluster K
                     split, two-row variant 9) (PYQUANT_INT4_MID_VARIANT=nosplit) (not in the default list)
   pyquant_int4_nostaged  the default without the staged kernel of session 20, i.e. the session-19
@@ -245,7 +246,7 @@ METHOD_ENV = {
             "PYQUANT_INT4_SM90_MIN_M": "65",
             **_PLAIN,
         }
-        for i in (1, 2, 3, 9, 10)
+        for i in (1, 2, 3, 9, 10, 11, 12, 13)
     },
     # Programmatic dependent launch (ort_ops/cuda/pdl.h) off, or on without early weight loads.
     **{

@@ -505,16 +505,20 @@ int MidVariantFor(const MatMulInt4Problem& p, int requested, int rows = 64) {
   return p.m <= 32 || rows == 32 ? kMid16Warps : 3;
 }
 
+// staged_tokens: the staged kernel's cap on tokens per CTA (0: by M; PlanInt4Staged).
 template <typename T, int MT>
 void LaunchMidVariant(int v, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
-                      const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
+                      const Int4Geom& g, PdlMode pdl, cudaStream_t stream, int staged_tokens = 0) {
   if (v >= kMidRingFirst && v < kMidRingFirst + kInt4RingVariants) {
     LaunchInt4Ring<T>(v - kMidRingFirst, MT, x, b, s, zp, bias, y, g, pdl, stream);
     return;
   }
   if (v >= kMidStagedFirst && v < kMidVariants) {
-    // its tiles follow M itself (grid.y covers the rest), not MT
-    if (LaunchInt4Staged<T>(v - kMidStagedFirst, x, b, s, zp, bias, y, g, pdl, stream) != cudaErrorNotSupported) return;
+    // its tiles follow M itself (grid.y covers the rest) up to staged_tokens, not MT
+    if (LaunchInt4Staged<T>(v - kMidStagedFirst, staged_tokens, x, b, s, zp, bias, y, g, pdl, stream) !=
+        cudaErrorNotSupported) {
+      return;
+    }
     v = 3;
   }
   // MT = 4 keeps 64 accumulators per column pair: fewer weight fragments in flight there, so
@@ -742,8 +746,10 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
         break;
       case Int4Path::kSmallM64:
         if (MidRowsFor(p, mid_variant, mid_rows) == 32) {
+          // an explicit PYQUANT_INT4_MID_ROWS=32 also gives the staged kernel two grid rows of 32 tokens
+          // (not measured yet; by default it keeps one row of 64 where it runs)
           LaunchMidVariant<T, 2>(MidVariantFor(p, mid_variant, 32), x, p.b, s, p.zero_points, bias, y, g, pdl,
-                                 stream);
+                                 stream, mid_rows == 32 ? 32 : 0);
           break;
         }
         LaunchMidVariant<T, 4>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
@@ -771,99 +777,18 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
   return cudaGetLastError();
 }
 
-// ---------------------------------------------------------------------------------------------
-// sm90 GEMM preparation: scales [N, nb] -> scales_t [nb, N], zeros_t [nb, N] = -zp * s in T
-// (one thread per (n, block); coalesced writes, strided reads of a tensor 1/64 of B's size).
-// bad: set to 1 when a scale is not finite or -zp * s is not finite in T.
-// ---------------------------------------------------------------------------------------------
-template <typename T>
-__global__ void int4_prepare_sm90_kernel(const T* __restrict__ scales, const uint8_t* __restrict__ zp,
-                                         T* __restrict__ scales_t, T* __restrict__ zeros_t, int n, int nb,
-                                         int zp_row_bytes, int* __restrict__ bad) {
-  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;  // i = blk * n + col
-  if (i >= int64_t(n) * nb) return;
-  const int col = static_cast<int>(i % n), blk = static_cast<int>(i / n);
-  const T s = scales[int64_t(col) * nb + blk];
-  const int z = zp ? Int4ZeroPointAt(zp + int64_t(col) * zp_row_bytes, blk) : kInt4SymmetricZeroPoint;
-  const float sf = LoadF(&s, 0);
-  const T zt = StoreT<T>(-float(z) * sf);
-  scales_t[i] = s;
-  zeros_t[i] = zt;
-  if (!isfinite(sf) || !isfinite(LoadF(&zt, 0))) atomicOr(bad, 1);
-}
-
 template <typename T>
 bool MatMulInt4Sm90Candidate(const MatMulInt4Problem& p) {
   return Sm90ShapeOk<T>(p);
 }
 
-namespace {
-size_t AlignUp256(size_t v) { return (v + 255) & ~size_t{255}; }
-
-// Bytes of the shuffled weight copy that `knobs` ask for (0: none, or the shape has none).
-size_t Sm90WeightCopyBytes(const MatMulInt4Problem& p, const Int4Sm90Prepared& knobs) {
-#if PYQUANT_WITH_SM90
-  if (!knobs.shuffled_copy) return 0;
-  return AlignUp256(sm90::Int4ShuffledBytes(static_cast<int>(p.attrs.n), static_cast<int>(p.attrs.k)));
-#else
-  (void)p;
-  (void)knobs;
-  return 0;
-#endif
-}
-
-}  // namespace
-
-template <typename T>
-size_t MatMulInt4Sm90PreparedBytes(const MatMulInt4Problem& p, const Int4Sm90Prepared& knobs, bool with_b_copy) {
-  const size_t one = AlignUp256(static_cast<size_t>(p.attrs.n * p.attrs.n_blocks()) * sizeof(T));
-  // scales_t, zeros_t, the check flag, the weight copy
-  return 2 * one + 256 + (with_b_copy ? Sm90WeightCopyBytes(p, knobs) : 0);
-}
-
-template <typename T>
-cudaError_t PrepareMatMulInt4Sm90(const MatMulInt4Problem& p, bool with_b_copy, void* dst, cudaStream_t stream,
-                                  Int4Sm90Prepared* out, bool* usable) {
-  *usable = false;
-  const size_t one = AlignUp256(static_cast<size_t>(p.attrs.n * p.attrs.n_blocks()) * sizeof(T));
-  T* st = static_cast<T*>(dst);
-  T* zt = reinterpret_cast<T*>(static_cast<char*>(dst) + one);
-  int* bad = reinterpret_cast<int*>(static_cast<char*>(dst) + 2 * one);
-  cudaError_t e = cudaMemsetAsync(bad, 0, sizeof(int), stream);
-  if (e != cudaSuccess) return e;
-  const int n = static_cast<int>(p.attrs.n), nb = static_cast<int>(p.attrs.n_blocks());
-  const int64_t total = int64_t(n) * nb;
-  int4_prepare_sm90_kernel<T><<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(
-      static_cast<const T*>(p.scales), p.zero_points, st, zt, n, nb,
-      static_cast<int>(Int4ZeroPointRowBytes(p.attrs.k, p.attrs.block_size)), bad);
-  if ((e = cudaGetLastError()) != cudaSuccess) return e;
-  out->b_shuffled = nullptr;
-#if PYQUANT_WITH_SM90
-  if (with_b_copy && Sm90WeightCopyBytes(p, *out) != 0) {
-    void* copy = static_cast<char*>(dst) + 2 * one + 256;
-    e = ShuffleInt4Weights(p.b, Int4RowBytes(p.attrs.k, p.attrs.block_size), n, p.attrs.k, copy, stream);
-    if (e != cudaSuccess) return e;
-    out->b_shuffled = copy;
-  }
-#endif
-  int host_bad = 1;
-  if ((e = cudaMemcpyAsync(&host_bad, bad, sizeof(int), cudaMemcpyDeviceToHost, stream)) != cudaSuccess) return e;
-  if ((e = cudaStreamSynchronize(stream)) != cudaSuccess) return e;
-  out->scales_t = st;
-  out->zeros_t = zt;
-  *usable = host_bad == 0;
-  return cudaSuccess;
-}
 
 #define PYQUANT_INSTANTIATE(T)                                                                                 \
   template cudaError_t LaunchMatMulInt4<T>(const MatMulInt4Problem&, cudaStream_t, int64_t, Int4Workspace,    \
                                            const Int4Sm90Prepared*, int, PdlMode, int, int);                        \
   template size_t MatMulInt4WorkspaceBytes<T>(const MatMulInt4Problem&, int64_t, const Int4Sm90Prepared*);    \
   template cudaError_t LaunchMatMulInt4Ref<T>(const MatMulInt4Problem&, cudaStream_t);                        \
-  template bool MatMulInt4Sm90Candidate<T>(const MatMulInt4Problem&);                                         \
-  template size_t MatMulInt4Sm90PreparedBytes<T>(const MatMulInt4Problem&, const Int4Sm90Prepared&, bool);       \
-  template cudaError_t PrepareMatMulInt4Sm90<T>(const MatMulInt4Problem&, bool, void*, cudaStream_t,           \
-                                                Int4Sm90Prepared*, bool*);
+  template bool MatMulInt4Sm90Candidate<T>(const MatMulInt4Problem&);
 PYQUANT_INSTANTIATE(float)
 PYQUANT_INSTANTIATE(__half)
 PYQUANT_INSTANTIATE(__nv_bfloat16)

@@ -404,10 +404,11 @@ cudaError_t LaunchStagedShape(const Int4StagedPlan& plan, const T* x, const uint
 
 }  // namespace
 
-Int4StagedPlan PlanInt4Staged(int shape, const Int4Geom& g) {
+Int4StagedPlan PlanInt4Staged(int shape, const Int4Geom& g, int max_tokens) {
   Int4StagedPlan plan;
   if (g.bs_log2 < 6) return plan;
   plan.mt8 = g.m <= 8 ? 1 : g.m <= 16 ? 2 : g.m <= 32 ? 4 : 8;
+  while (max_tokens >= 8 && 8 * plan.mt8 > max_tokens) plan.mt8 /= 2;
   const int nt = StagedNt(plan.mt8);
   int dev = 0;
   const bool sm90 = CurrentDeviceIsSm90(&dev);
@@ -435,9 +436,9 @@ Int4StagedPlan PlanInt4Staged(int shape, const Int4Geom& g) {
 }
 
 template <typename T>
-cudaError_t LaunchInt4Staged(int shape, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias,
-                             T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
-  const Int4StagedPlan plan = PlanInt4Staged(shape, g);
+cudaError_t LaunchInt4Staged(int shape, int max_tokens, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
+                             const T* bias, T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
+  const Int4StagedPlan plan = PlanInt4Staged(shape, g, max_tokens);
   if (!plan.ok || g.row_bytes != g.k / 2) return cudaErrorNotSupported;
   switch (plan.mt8) {
     case 1:
@@ -451,9 +452,9 @@ cudaError_t LaunchInt4Staged(int shape, const T* x, const uint8_t* b, const T* s
   }
 }
 
-template cudaError_t LaunchInt4Staged<__half>(int, const __half*, const uint8_t*, const __half*, const uint8_t*,
+template cudaError_t LaunchInt4Staged<__half>(int, int, const __half*, const uint8_t*, const __half*, const uint8_t*,
                                               const __half*, __half*, const Int4Geom&, PdlMode, cudaStream_t);
-template cudaError_t LaunchInt4Staged<__nv_bfloat16>(int, const __nv_bfloat16*, const uint8_t*, const __nv_bfloat16*,
+template cudaError_t LaunchInt4Staged<__nv_bfloat16>(int, int, const __nv_bfloat16*, const uint8_t*, const __nv_bfloat16*,
                                                      const uint8_t*, const __nv_bfloat16*, __nv_bfloat16*,
                                                      const Int4Geom&, PdlMode, cudaStream_t);
 

@@ -78,6 +78,22 @@ def test_int4_mid_staged(rng, shape, dtype, bs, symmetric, kn):
     _check_int4(sess, rng, [5, 8, 9, 16, 17, 31, 33, 48, 64], k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
+@pytest.mark.parametrize("variant", [None, 12, 13])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("kn", [(8192, 1000), (4096, 520), (14336, 264)])
+def test_int4_mid_staged_two_rows(rng, variant, dtype, kn):
+    """PYQUANT_INT4_MID_ROWS=32 with the staged kernel (by default on 8192 x 1000 / 14336 x 264 at
+    M = 33..64, or pinned wide / tall): two grid rows of 32 tokens per CTA, the second partial at
+    M = 33 / 40 / 63."""
+    k, n = kn
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, 128, dtype, False, True)
+    env = {"PYQUANT_INT4_SM90_MIN_M": str(1 << 40), "PYQUANT_INT4_MID_ROWS": "32"}
+    if variant is not None:
+        env["PYQUANT_INT4_MID_VARIANT"] = str(variant)
+    sess = _session(model, env=env)
+    _check_int4(sess, rng, [32, 33, 40, 63, 64], k, n, 128, dtype, b, scales_t, zp, bias_t)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_int4_mid_default_wide_short_rows(rng, dtype, symmetric):

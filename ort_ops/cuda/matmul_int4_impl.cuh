@@ -429,6 +429,27 @@ __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_
 template <int N>
 __device__ __forceinline__ void CpAsyncWait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 
+// The prologue of a kStages-deep cp.async pipeline under programmatic dependent launch (pdl.h):
+// stages 0 .. kStages - 2 of this CTA's n_my go out, one commit group per stage. The weight copies
+// (load_w(p)) are issued before the wait for the previous grid only when they are constant
+// (weights_early); X (load_x(p)) always after it. Group p holds X of stage p and group 0 also every
+// prologue weight copy, so waiting for group p covers stage p whole.
+template <int kStages, typename LoadW, typename LoadX>
+__device__ __forceinline__ void PdlPipelinePrologue(int n_my, bool weights_early, const LoadW& load_w,
+                                                    const LoadX& load_x) {
+  PdlAllowDependents();
+  if (!weights_early) PdlWaitPrimary();
+#pragma unroll
+  for (int p = 0; p < kStages - 1; ++p)
+    if (p < n_my) load_w(p);
+  if (weights_early) PdlWaitPrimary();
+#pragma unroll
+  for (int p = 0; p < kStages - 1; ++p) {
+    if (p < n_my) load_x(p);
+    CpAsyncCommit();
+  }
+}
+
 // CTA-wide sums of kN per-thread values v[0..kN) (the decode GEMVs' partial dot products):
 // warp shuffles, then the kThreads / 32 warp totals through red. Returns total i = threadIdx.x to
 // threads threadIdx.x < kN (0 to the others). Contains a __syncthreads(); red must not be

@@ -138,20 +138,9 @@ __global__ void __launch_bounds__(kWideThreads)
   float acc[NT][MT8][4];
   ZeroAcc(acc);
 
-  // Prologue: kStages - 1 chunks in flight. With weights_early the weight copies go out before the
-  // wait for the previous grid (PDL); X only after it. Group p holds X of chunk p (and, in group
-  // 0, every prologue weight copy), so waiting for group p covers chunk p entirely.
-  PdlAllowDependents();
-  if (!weights_early) PdlWaitPrimary();
-#pragma unroll
-  for (int p = 0; p < kStages - 1; ++p)
-    if (p < n_my) load_w(c_begin + p, p);
-  if (weights_early) PdlWaitPrimary();
-#pragma unroll
-  for (int p = 0; p < kStages - 1; ++p) {
-    if (p < n_my) load_x(c_begin + p, p);
-    CpAsyncCommit();
-  }
+  // Prologue: kStages - 1 chunks in flight (weights early only when constant).
+  PdlPipelinePrologue<kStages>(
+      n_my, weights_early, [&](int p) { load_w(c_begin + p, p); }, [&](int p) { load_x(c_begin + p, p); });
 
   // Scales and zero points: thread t < kRows loads row 16 nt0 + t's raw scale (T) and zero-point
   // byte for a chunk's block with plain loads (2-byte scales and nibbles do not suit cp.async),

@@ -192,20 +192,8 @@ __global__ void __launch_bounds__(32 * WN * WK, kMinBlocks)
   float acc[NT][MT8][4];
   ZeroAcc(acc);
 
-  // Prologue: stages 0 .. kStages - 2 in flight; group p holds X of stage p (and group 0 every
-  // prologue weight copy), so waiting for group p covers stage p. Weights before the wait for the
-  // previous grid only when they are constant (weights_early); X after it.
-  PdlAllowDependents();
-  if (!weights_early) PdlWaitPrimary();
-#pragma unroll
-  for (int p = 0; p < kStages - 1; ++p)
-    if (p < n_my) load_w(p);
-  if (weights_early) PdlWaitPrimary();
-#pragma unroll
-  for (int p = 0; p < kStages - 1; ++p) {
-    if (p < n_my) load_x(p);
-    CpAsyncCommit();
-  }
+  // Prologue: stages 0 .. kStages - 2 in flight (weights early only when constant).
+  PdlPipelinePrologue<kStages>(n_my, weights_early, load_w, load_x);
 
   // ldmatrix row address of this lane: matrix lane / 8 = (row half, span), row lane % 8.
   const int lm_row = (lane & 7) + 8 * ((lane >> 3) & 1);

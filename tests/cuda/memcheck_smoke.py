@@ -51,7 +51,8 @@ def main() -> int:
     so = session_options()
     so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
 
-    def make_session(data, **_):
+    def make_session(data):
+        # CUDA EP only (CPU fallback disabled above): a node the CUDA EP cannot take fails the session
         return ort.InferenceSession(data, sess_options=so, providers=["CUDAExecutionProvider"])
 
     def check_int4(dtype, k, n, bs, sym, m_list):
@@ -59,10 +60,7 @@ def main() -> int:
         b, s, zp = layout.quantize_int4_rtn(w, bs, symmetric=sym)
         bias = rng.standard_normal(n).astype(np.float32)
         sess = make_session(
-            int4_model(b, s, k, n, bs, dtype=dtype, zero_points=zp, bias=bias).SerializeToString(),
-            providers=("cuda",),
-            options=so,
-            strict=True,
+            int4_model(b, s, k, n, bs, dtype=dtype, zero_points=zp, bias=bias).SerializeToString()
         )
         st = s.astype(np_dtype(dtype)).astype(np.float64)
         bt = bias.astype(np_dtype(dtype)).astype(np.float64)
@@ -76,12 +74,7 @@ def main() -> int:
     def check_fp8(dtype, k, n, blk, m_list):
         w = rng.standard_normal((n, k)).astype(np.float32)
         w8, ws = layout.quantize_weight_fp8(w, blk)
-        sess = make_session(
-            fp8_model(w8, ws, dtype=dtype, block_size=blk).SerializeToString(),
-            providers=("cuda",),
-            options=so,
-            strict=True,
-        )
+        sess = make_session(fp8_model(w8, ws, dtype=dtype, block_size=blk).SerializeToString())
         for m in m_list:
             x = rng.standard_normal((m, k)).astype(np_dtype(dtype))
             y = np.asarray(run_session(sess, x), dtype=np.float64)

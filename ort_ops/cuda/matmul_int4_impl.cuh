@@ -425,6 +425,15 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool val
   const int bytes = valid ? 16 : 0;  // 0: zero-fill, nothing read
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(bytes));
 }
+// ldmatrix.x4: four 8 x 8 b16 matrices from shared memory; lane l gives the address of row l % 8
+// of matrix l / 8 (16 bytes), and receives in r[q] the 4 bytes 4 (l % 4) .. 4 (l % 4) + 3 of row
+// l / 4 of matrix q.
+__device__ __forceinline__ void Ldmatrix4(uint32_t (&r)[4], const void* smem) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
 __device__ __forceinline__ void CpAsyncWait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }

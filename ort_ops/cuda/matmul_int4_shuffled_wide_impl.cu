@@ -69,12 +69,7 @@ struct WideSmem {
   static constexpr int kPartBytes = kTokens * kPartStride * 4;
 };
 
-__device__ __forceinline__ void Ldmatrix4(uint32_t (&r)[4], const void* smem) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
+// (Ldmatrix4: matmul_int4_impl.cuh)
 __device__ __forceinline__ void Ldmatrix2(uint32_t (&r)[2], const void* smem) {
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(a));

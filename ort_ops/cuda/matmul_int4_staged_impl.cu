@@ -82,12 +82,6 @@ struct StagedShape {
   static_assert(kWBytes % (16 * kThreads) == 0, "whole cp.async pieces per thread");
 };
 
-__device__ __forceinline__ void StagedLdmatrix4(uint32_t (&r)[4], const void* smem) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
 __device__ __forceinline__ uint4 StagedLds128(const void* smem) {
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   uint4 v;
@@ -215,7 +209,7 @@ __global__ void __launch_bounds__(32 * WN * WK, kMinBlocks)
     auto ldmatrix_tile = [&](int j) {
       const int r = 16 * (wn * NT + j) + lm_row;
       const int c = 2 * wk + lm_span;
-      StagedLdmatrix4(wq[j], ws + r * (S::kStageK / 2) + 16 * (c ^ ((r / (8 / S::kRowChunks)) % S::kRowChunks)));
+      Ldmatrix4(wq[j], ws + r * (S::kStageK / 2) + 16 * (c ^ ((r / (8 / S::kRowChunks)) % S::kRowChunks)));
     };
     // Block of this warp's unit: its zero-point nibble within the loaded byte.
     const int zp_nibble = (((s_begin + i) * S::kStageK + 64 * wk) >> g.bs_log2) & 1;
@@ -392,6 +386,12 @@ cudaError_t LaunchStagedShape(const Int4StagedPlan& plan, const T* x, const uint
 
 }  // namespace
 
+#if PYQUANT_WITH_SM90
+constexpr bool kSm90Build = true;
+#else
+constexpr bool kSm90Build = false;
+#endif
+
 Int4StagedPlan PlanInt4Staged(int shape, const Int4Geom& g, int max_tokens) {
   Int4StagedPlan plan;
   if (g.bs_log2 < 6) return plan;
@@ -416,7 +416,9 @@ Int4StagedPlan PlanInt4Staged(int shape, const Int4Geom& g, int max_tokens) {
   const int stages = g.k / stage_k;
   // The K split: the smallest of 1, 2, 4, 8 that gives >= 1.5 CTAs per SM, each rank >= 2 stages.
   plan.ks = 1;
-  if (sm90) {
+  // Only where sm_90 machine code was built (PYQUANT_WITH_SM90, as ClusterKSplitFor): a build without
+  // it runs on an H100 from JIT-compiled older PTX, whose kernel has no cluster sum.
+  if (sm90 && kSm90Build) {
     while (plan.ks < 8 && ctas(plan.tall) * plan.ks * 2 < 3 * int64_t(sms) && stages / (2 * plan.ks) >= 2) plan.ks *= 2;
   }
   plan.ok = true;

@@ -32,8 +32,9 @@ Methods (fp16 activations):
                     tiles of pyquant/_cuda_knobs.py FP8_SM90_TILES, p128all, p64all, p8, p16, rm2,
                     rn4, dp, sk, heur, split2/4/8, nondet, sm90min<M>, fill2 / fill4: the mma
                     kernel's K split aimed at 2 / 4 CTAs per SM, nt1 / nt2 / nt4 / nt4fill2: its
-                    column tiles per warp at M > 16; see ort_ops/cuda/linear_fp8.h)
-                    (not in the default list)
+                    column tiles per warp at M > 16; staged / staged65: the staged kernel
+                    (linear_fp8_staged.h) below the Hopper GEMM / at every M <= 64; see
+                    ort_ops/cuda/linear_fp8.h) (not in the default list)
   pyquant_int4_<knob>  the Hopper GEMM's scheduler under PYQUANT_INT4_SM90_* (dp, sk, heur, split2/3/4/8,
                     nondet, sknondet, split2nondet, split4nondet, rm2, rn2; see
                     ort_ops/cuda/env_knobs.h) (not in the default list)
@@ -200,6 +201,10 @@ METHOD_ENV = {
     # the mma kernel with the split (ort_ops/cuda/linear_fp8.h): the default at M >= 3, and at
     # M <= 2 too in place of the fused GEMV
     "pyquant_fp8_mmasplit": {"PYQUANT_FP8_GEMV": "mmasplit"},
+    # the staged kernel (X and W through shared memory; session 20, opt-in) wherever the small-M
+    # kernels run, and with the Hopper GEMM from M = 65 so that it serves M <= 64 on every layer
+    "pyquant_fp8_staged": {"PYQUANT_FP8_GEMV": "staged"},
+    "pyquant_fp8_staged65": {"PYQUANT_FP8_GEMV": "staged", "PYQUANT_FP8_SM90_MIN_M": "65"},
     **{f"pyquant_fp8_fused{i}": {"PYQUANT_FP8_GEMV": "fused" if i == 0 else f"fused{i}"} for i in range(5)},
     **{f"pyquant_fp8_{t}": {"PYQUANT_FP8_SM90_TILE": t} for t in FP8_SM90_TILES},
     **{

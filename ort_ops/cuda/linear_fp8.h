@@ -28,6 +28,8 @@ constexpr int64_t kFp8Sm90MinMNarrow = 65;
 constexpr int64_t kFp8GemmPdlEarlyMaxM = 512;
 // Fp8Options::gemv value of "mmasplit" (the mma kernel with a cluster K split).
 constexpr int kFp8GemvMmaSplit = 8;
+// Fp8Options::gemv value of "staged" (linear_fp8_staged.h).
+constexpr int kFp8GemvStaged = 9;
 
 // Kernel choices of one node, fixed when the kernel is created (CudaFp8Options() reads the
 // environment; tests and benchmarks set it around session creation). Defaults = production.
@@ -61,6 +63,10 @@ struct Fp8Options {
   //     10.1 / 10.3; never slower at M = 4-16 on six narrow layers
   //     (bench/results/2026-11-25-h100-s18-ksplit-narrow-bench-cuda.md). Not at M <= 2: the fused
   //     GEMV is faster there (14336 x 512, M = 1: 8.3 vs 9.2 us).
+  //   9 "staged" (kFp8GemvStaged): the staged kernel (linear_fp8_staged.h: xq and W through shared
+  //     memory, X loaded once per CTA for 64-128 channels, K split over sm_90 clusters) at every
+  //     M <= 64 below the Hopper GEMM, where it applies (else "mmasplit"). Opt-in: written in
+  //     session 20 for the long-K narrow layers at M = 17-64, not yet run on a GPU.
   int gemv = 0;
   // PYQUANT_FP8_KSPLIT_FILL (benchmarks): that split's aim, in CTAs per SM (Fp8MmaClusterSplit); it
   // also sets which layers count as narrow for sm90_min_m_narrow.

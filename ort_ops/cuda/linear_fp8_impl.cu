@@ -32,6 +32,7 @@
 #include "cuda/linear_fp8.h"
 #include "cuda/linear_fp8_gemv.h"
 #include "cuda/linear_fp8_impl.cuh"
+#include "cuda/linear_fp8_staged.h"
 #include "cuda/matmul_int4_impl.cuh"
 #if PYQUANT_WITH_SM90
 #include "cuda/sm90/fp8_gemm_sm90.h"
@@ -543,8 +544,11 @@ int Fp8MmaNt(const LinearFp8Problem& p, const Fp8Options& opt) {
   return p.k >= 8192 && (p.n >= 1024 || p.m > 32) && CurrentDeviceIsSm90() ? 4 : 1;
 }
 
-// Whether the mma kernel splits K where its CTAs leave SMs idle ("auto" / "mmasplit").
-bool Fp8KSplitOn(const Fp8Options& opt) { return opt.gemv == 0 || opt.gemv == kFp8GemvMmaSplit; }
+// Whether the mma kernel splits K where its CTAs leave SMs idle ("auto" / "mmasplit"; "staged",
+// whose kernel splits K too, falls back to it).
+bool Fp8KSplitOn(const Fp8Options& opt) {
+  return opt.gemv == 0 || opt.gemv == kFp8GemvMmaSplit || opt.gemv == kFp8GemvStaged;
+}
 
 // Cluster size kS of that kernel's K split at M tile MT (1: none): the launch and the Hopper GEMM
 // decision ask the same rule. MT = 1 up to M = 16, else 2 (LaunchLinearFp8Impl).
@@ -754,6 +758,17 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
     g.n_scale_blocks = static_cast<int>(p.n_scale_blocks);
     const bool block = p.block_size != 0;
     const int split = Fp8KSplitOn(opt) ? opt.k_split_fill : 0;  // LaunchFp8Mma's k_split_fill
+    if constexpr (!std::is_same<T, float>::value) {
+      if (opt.gemv == kFp8GemvStaged) {
+        Fp8StagedProblem sp;
+        sp.xq = xq, sp.s_x = s_x, sp.w = p.w, sp.w_scale = p.w_scale, sp.bias = p.bias, sp.y = p.y;
+        sp.m = g.m, sp.n = g.n, sp.k = g.k;
+        sp.block_size = static_cast<int>(p.block_size);
+        sp.n_scale_blocks = g.n_scale_blocks;
+        const cudaError_t e = LaunchFp8Staged<T>(sp, pdl, stream);
+        if (e != cudaErrorNotSupported) return e != cudaSuccess ? e : cudaGetLastError();
+      }
+    }
     if (opt.gemv == 2 && p.m <= 8 && !block) {
       // Swapped operands: FP8 MMAs where the device has them, else fp16 MMAs after conversion.
       // 4 warps of 16 channels: the FP8 variant needs ~150 registers (24 x 16-byte loads in

@@ -142,10 +142,23 @@ def main() -> int:
                     nt_env = {"PYQUANT_FP8_GEMV": gemv, "PYQUANT_FP8_MMA_NT": nt}
                     with knobs({**nt_env, "PYQUANT_FP8_SM90_MIN_M": "65"}):
                         n_checked += check_fp8(dtype, 1024, 44, 64, (17, 40))
-        # the two-row INT4 variant 9 (M = 33..64)
+            # the staged kernel (linear_fp8_staged_impl.cu): wide CTAs with kS = 8 (2048 x 136), tall
+            # ones on a narrow layer, per-block scales (kS = 4 / 8 on an H100), 8 .. 64 tokens per CTA
+            with knobs({"PYQUANT_FP8_GEMV": "staged", "PYQUANT_FP8_SM90_MIN_M": str(1 << 40)}):
+                n_checked += check_fp8(dtype, 2048, 136, 0, (1, 9, 17, 40, 64))
+                n_checked += check_fp8(dtype, 4096, 40, 128, (5, 33))
+        # the two-row INT4 variant 9 (M = 33..64), and the staged kernel in two grid rows of 32 tokens
         if dtype != "float32" and "mid" in only:
             with knobs({"PYQUANT_INT4_MID_ROWS": "32", "PYQUANT_INT4_SM90_MIN_M": "65"}):
                 n_checked += check_int4(dtype, 4096, 264, 128, False, (33, 64))
+            with knobs(
+                {
+                    "PYQUANT_INT4_MID_ROWS": "32",
+                    "PYQUANT_INT4_MID_VARIANT": "12",
+                    "PYQUANT_INT4_SM90_MIN_M": "65",
+                }
+            ):
+                n_checked += check_int4(dtype, 8192, 1000, 128, True, (40, 64))
     print(f"memcheck_smoke: {n_checked} runs matched the reference")
     return 0
 

@@ -113,6 +113,26 @@ def test_fp8_mma_column_tiles(rng, nt, gemv, dtype, block_size, kn):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("block_size", [0, 64, 256])
+@pytest.mark.parametrize("x_scale", [None, 0.02])
+@pytest.mark.parametrize(
+    "kn", [(4096, 1000), (14336, 264), (2048, 1032), (1024, 4096), (512, 24), (1008, 40)]
+)
+def test_fp8_staged(rng, dtype, block_size, x_scale, kn):
+    """PYQUANT_FP8_GEMV=staged, Hopper GEMM off: the staged kernel (linear_fp8_staged_impl.cu) at
+    M = 1 .. 64 (8 / 16 / 32 / 64 tokens per CTA, partial ones), N not a multiple of its 128 / 64
+    channels (nor of 16: 1000, 264, 1032, 24, 40), K split over clusters of 1 .. 8 on an H100
+    (14336 x 264: 8; 1024 x 4096: none), per-channel and per-block scales; K = 1008 is no whole
+    number of its stages: the mma kernel serves it."""
+    k, n = kn
+    with_bias = bool(rng.integers(0, 2))
+    model, w8, ws, bias_t = _fp8_case(rng, k, n, block_size, dtype, x_scale, with_bias)
+    sess = _fp8_session(model, min_m=1 << 40, env={"PYQUANT_FP8_GEMV": "staged"})
+    m_list = [1, 2, 5, 8, 9, 16, 17, 31, 33, 48, 64]
+    _check_fp8(sess, rng, m_list, k, n, dtype, w8, ws, block_size, x_scale, bias_t)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("x_scale", [None, 0.02])
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("kn", [(4096, 520), (1008, 264), (48, 200), (6160, 8)])

@@ -1,0 +1,36 @@
+// The staged mma kernel of LinearFp8 (linear_fp8_staged_impl.cu): quantized X and the e4m3 weights
+// through a cp.async pipeline in shared memory, the weights as mma.sync's A operand, K split over
+// sm_90 clusters. Opt-in (PYQUANT_FP8_GEMV=staged, Fp8Options::gemv = kFp8GemvStaged) until it
+// has been measured; the FP8 analogue of matmul_int4_staged.h.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/pdl.h"
+
+namespace pyquant {
+
+// The problem after activation quantization (stage 1 of linear_fp8_impl.cu).
+//   xq [m, k] e4m3 bytes, s_x [m] float, w [n, k] e4m3 bytes, w_scale [n] float (block_size 0) or
+//   [n, n_scale_blocks] float (block_size a power of two >= 64), bias [n] T or nullptr, y [m, n] T.
+struct Fp8StagedProblem {
+  const uint8_t* xq = nullptr;
+  const float* s_x = nullptr;
+  const uint8_t* w = nullptr;
+  const float* w_scale = nullptr;
+  const void* bias = nullptr;
+  void* y = nullptr;
+  int m = 0, n = 0, k = 0;
+  int block_size = 0;
+  int n_scale_blocks = 1;
+};
+
+// T = __half / __nv_bfloat16 (the output type). cudaErrorNotSupported, nothing launched, where the
+// kernel does not apply: M > 64, K not a whole number of its 128- or 256-wide stages, block_size
+// neither 0 nor a power of two >= 64, xq / w not 16-byte aligned.
+template <typename T>
+cudaError_t LaunchFp8Staged(const Fp8StagedProblem& p, PdlMode pdl, cudaStream_t stream);
+
+}  // namespace pyquant

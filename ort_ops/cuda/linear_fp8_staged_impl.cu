@@ -47,6 +47,7 @@
 #include "cuda/linear_fp8_staged.h"
 #include "cuda/matmul_int4_impl.cuh"
 #include "cuda/matmul_int4_shuffled_impl.cuh"
+#include "cuda/staged_common.cuh"
 
 namespace pyquant {
 
@@ -234,65 +235,15 @@ __global__ void __launch_bounds__(32 * WN * WK, kMinBlocks)
   CpAsyncWait<0>();
   __syncthreads();  // every warp is done with the pipeline's shared memory
 
-  // Partial tiles part[wk][token][channel] (fp32) over the pipeline's bytes.
-  float* tiles = reinterpret_cast<float*>(smem);
-  constexpr int kTile = S::kTokens * S::kPartStride;
-  const int tq = lane & 3;
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int mi = 0; mi < MT8; ++mi)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int row = 16 * (wn * NT + j) + gr + (r >= 2 ? 8 : 0);
-        const int tok = 8 * mi + 2 * tq + (r & 1);
-        tiles[wk * kTile + tok * S::kPartStride + row] = acc[j][mi][r];
-      }
-  __syncthreads();
-
-  // Token-major elements e = tok * kRows + row: consecutive threads store consecutive channels.
-  constexpr int kElems = S::kTokens * S::kRows;
-  auto store = [&](int e, float v) {
-    const int tok = e / S::kRows, row = e % S::kRows;
+  // The k-warps' and the cluster ranks' partial tiles added, scales, bias, store (staged_common.cuh).
+  StagedReduceStore<NT, MT8, WN, WK, S::kThreads>(acc, smem, ks, rank, [&](int tok, int row, float v) {
     const int c = row0 + row;
     if (m0 + tok >= m || c >= n) return;
     if (!kBlock) v *= w_scale[c];
     v *= s_x[m0 + tok];
     if (bias) v += LoadF(bias, c);
     y[int64_t(m0 + tok) * n + c] = StoreT<T>(v);
-  };
-  auto wk_sum = [&](int e) {
-    const int at = (e / S::kRows) * S::kPartStride + e % S::kRows;
-    float v = tiles[at];
-#pragma unroll
-    for (int q = 1; q < WK; ++q) v += tiles[q * kTile + at];
-    return v;
-  };
-  if (ks == 1) {
-    for (int e = tid; e < kElems; e += S::kThreads) store(e, wk_sum(e));
-  } else {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if constexpr (WK > 1) {
-      // the k-warps' sum into tiles[0] (each element read and written by one thread)
-      for (int e = tid; e < kElems; e += S::kThreads) {
-        const float v = wk_sum(e);
-        tiles[(e / S::kRows) * S::kPartStride + e % S::kRows] = v;
-      }
-    }
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync();  // every rank's partial tile is complete
-    // Rank r adds slice r of the tile over ranks 0 .. ks - 1, in rank order (reproducible).
-    const int e_begin = (kElems / ks) * rank, e_end = e_begin + kElems / ks;  // kElems % 8 == 0
-    for (int e = e_begin + tid; e < e_end; e += S::kThreads) {
-      const int at = (e / S::kRows) * S::kPartStride + e % S::kRows;
-      float v = 0.0f;
-      for (int q = 0; q < ks; ++q) v += cluster.map_shared_rank(tiles, q)[at];
-      store(e, v);
-    }
-    cluster.sync();  // no rank exits while another still reads its shared memory
-#endif
-  }
+  });
 }
 
 // The CTA shape and split of one problem: 2 channel tiles per warp (the FP8 weights take twice
@@ -348,15 +299,8 @@ cudaError_t LaunchShape(const Fp8StagedProblem& p, int ks, PdlMode pdl, cudaStre
   auto kernel = fp8_staged_kernel<T, MT8, kNt, WN, WK, kStages, kBlock, kMinBlocks>;
   // Over 48 KB of dynamic shared memory needs an opt-in, once per device and kernel instance.
   static std::atomic<uint64_t> smem_set_on{0};
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
+  const cudaError_t e = AllowDynamicSmemOnce(kernel, S::kSmem, smem_set_on);
   if (e != cudaSuccess) return e;
-  const uint64_t dev_bit = dev < 64 ? uint64_t{1} << dev : 0;
-  if (dev_bit == 0 || (smem_set_on.load(std::memory_order_acquire) & dev_bit) == 0) {
-    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem);
-    if (e != cudaSuccess) return e;
-    smem_set_on.fetch_or(dev_bit, std::memory_order_acq_rel);
-  }
   const dim3 grid(static_cast<unsigned>((p.n + S::kRows - 1) / S::kRows * ks),
                   static_cast<unsigned>((p.m + S::kTokens - 1) / S::kTokens));
   const int bs_log2 = CeilLog2(p.block_size);  // 0 for per-channel scales (block_size 0)

@@ -56,6 +56,7 @@
 #include "cuda/matmul_int4_impl.cuh"
 #include "cuda/matmul_int4_shuffled_impl.cuh"
 #include "cuda/matmul_int4_staged.h"
+#include "cuda/staged_common.cuh"
 
 namespace pyquant {
 
@@ -287,61 +288,12 @@ __global__ void __launch_bounds__(32 * WN * WK, kMinBlocks)
   CpAsyncWait<0>();
   __syncthreads();  // every warp is done with the pipeline's shared memory
 
-  // Partial tiles part[wk][token][row] (fp32) over the pipeline's bytes.
-  float* part = reinterpret_cast<float*>(smem);
-  constexpr int kTile = S::kTokens * S::kPartStride;
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int mi = 0; mi < MT8; ++mi)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int row = 16 * (wn * NT + j) + gr + (r >= 2 ? 8 : 0);
-        const int tok = 8 * mi + 2 * tq + (r & 1);
-        part[wk * kTile + tok * S::kPartStride + row] = acc[j][mi][r];
-      }
-  __syncthreads();
-
-  // Tokens-major elements e = tok * kRows + row: consecutive threads store consecutive rows.
-  constexpr int kElems = S::kTokens * S::kRows;
-  auto store = [&](int e, float v) {
-    const int tok = e / S::kRows, row = e % S::kRows;
+  // The k-warps' and the cluster ranks' partial tiles added, bias, store (staged_common.cuh).
+  StagedReduceStore<NT, MT8, WN, WK, S::kThreads>(acc, smem, ks, rank, [&](int tok, int row, float v) {
     if (m0 + tok >= g.m || row0 + row >= g.n) return;
     if (bias) v += LoadF(bias, row0 + row);
     y[int64_t(m0 + tok) * g.n + row0 + row] = StoreT<T>(v);
-  };
-  auto wk_sum = [&](int e) {
-    const int at = (e / S::kRows) * S::kPartStride + e % S::kRows;
-    float v = part[at];
-#pragma unroll
-    for (int q = 1; q < WK; ++q) v += part[q * kTile + at];
-    return v;
-  };
-  if (ks == 1) {
-    for (int e = tid; e < kElems; e += S::kThreads) store(e, wk_sum(e));
-  } else {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if constexpr (WK > 1) {
-      // the k-warps' sum into part[0] (each element read and written by one thread)
-      for (int e = tid; e < kElems; e += S::kThreads) {
-        const float v = wk_sum(e);
-        part[(e / S::kRows) * S::kPartStride + e % S::kRows] = v;
-      }
-    }
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync();  // every rank's partial tile is complete
-    // Rank r adds slice r of the tile over ranks 0 .. kS - 1, in rank order (reproducible).
-    const int e_begin = (kElems / ks) * rank, e_end = e_begin + kElems / ks;  // kElems % 8 == 0
-    for (int e = e_begin + tid; e < e_end; e += S::kThreads) {
-      const int at = (e / S::kRows) * S::kPartStride + e % S::kRows;
-      float v = 0.0f;
-      for (int q = 0; q < ks; ++q) v += cluster.map_shared_rank(part, q)[at];
-      store(e, v);
-    }
-    cluster.sync();  // no rank exits while another still reads its shared memory
-#endif
-  }
+  });
 }
 
 template <typename T, int MT8, int NT, int WN, int WK, bool kAsym>
@@ -354,15 +306,8 @@ cudaError_t LaunchStaged(int ks, const T* x, const uint8_t* b, const T* s, const
   auto kernel = int4_staged_kernel<T, MT8, NT, WN, WK, kStages, kAsym, kMinBlocks>;
   // Over 48 KB of dynamic shared memory needs an opt-in, once per device and kernel instance.
   static std::atomic<uint64_t> smem_set_on{0};
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
+  const cudaError_t e = AllowDynamicSmemOnce(kernel, S::kSmem, smem_set_on);
   if (e != cudaSuccess) return e;
-  const uint64_t dev_bit = dev < 64 ? uint64_t{1} << dev : 0;
-  if (dev_bit == 0 || (smem_set_on.load(std::memory_order_acquire) & dev_bit) == 0) {
-    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem);
-    if (e != cudaSuccess) return e;
-    smem_set_on.fetch_or(dev_bit, std::memory_order_acq_rel);
-  }
   const dim3 grid(static_cast<unsigned>((g.n + S::kRows - 1) / S::kRows * ks),
                   static_cast<unsigned>((g.m + S::kTokens - 1) / S::kTokens));
   return LaunchWithPdlCluster(kernel, grid, dim3(S::kThreads), S::kSmem, static_cast<unsigned>(ks), stream,

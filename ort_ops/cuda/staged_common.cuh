@@ -1,0 +1,96 @@
+// What the two staged mma kernels share (matmul_int4_staged_impl.cu, linear_fp8_staged_impl.cu):
+// the epilogue that adds the partial tiles of a CTA's k-warps and of its cluster's ranks, and the
+// one-time opt-in to more than 48 KB of dynamic shared memory.
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+namespace pyquant {
+namespace cuda_detail {
+
+// The staged kernels' accumulators, [NT][MT8][4] per lane of warp (wn, wk) = (warp % WN, warp / WN):
+// element r of tile (j, mi) is output channel 16 (wn NT + j) + lane / 4 + 8 (r >= 2) of the CTA and
+// token 8 mi + 2 (lane % 4) + (r & 1). After the mainloop (every warp done with `smem`), they go
+// to partial tiles [wk][token][channel] (fp32, rows padded by 4 words against bank conflicts) in
+// smem; the WK tiles are added in k-warp order and, with a cluster K split (ks > 1, sm_90 only), the
+// ranks' sums in rank order, each rank adding and storing one slice of the tile (run-to-run
+// identical). store(token, channel, sum) gets each of the CTA's 8 MT8 x 16 NT WN sums once
+// (consecutive threads: consecutive channels); it checks the bounds.
+template <int NT, int MT8, int WN, int WK, int kThreads, typename Store>
+__device__ __forceinline__ void StagedReduceStore(const float (&acc)[NT][MT8][4], uint8_t* smem, int ks, int rank,
+                                                  const Store& store) {
+  constexpr int kRows = 16 * NT * WN, kTokens = 8 * MT8, kPartStride = kRows + 4;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int gr = lane >> 2, tq = lane & 3;
+  const int wn = warp % WN, wk = warp / WN;
+  float* part = reinterpret_cast<float*>(smem);
+  constexpr int kTile = kTokens * kPartStride;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int mi = 0; mi < MT8; ++mi)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int row = 16 * (wn * NT + j) + gr + (r >= 2 ? 8 : 0);
+        const int tok = 8 * mi + 2 * tq + (r & 1);
+        part[wk * kTile + tok * kPartStride + row] = acc[j][mi][r];
+      }
+  __syncthreads();
+
+  // Token-major elements e = tok * kRows + row.
+  constexpr int kElems = kTokens * kRows;
+  auto wk_sum = [&](int e) {
+    const int at = (e / kRows) * kPartStride + e % kRows;
+    float v = part[at];
+#pragma unroll
+    for (int q = 1; q < WK; ++q) v += part[q * kTile + at];
+    return v;
+  };
+  if (ks == 1) {
+    for (int e = tid; e < kElems; e += kThreads) store(e / kRows, e % kRows, wk_sum(e));
+  } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if constexpr (WK > 1) {
+      // the k-warps' sum into part[0] (each element read and written by one thread)
+      for (int e = tid; e < kElems; e += kThreads) {
+        const float v = wk_sum(e);
+        part[(e / kRows) * kPartStride + e % kRows] = v;
+      }
+    }
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every rank's partial tile is complete
+    // Rank r adds slice r of the tile over ranks 0 .. ks - 1, in rank order (reproducible).
+    const int e_begin = (kElems / ks) * rank, e_end = e_begin + kElems / ks;  // kElems % 8 == 0
+    for (int e = e_begin + tid; e < e_end; e += kThreads) {
+      const int at = (e / kRows) * kPartStride + e % kRows;
+      float v = 0.0f;
+      for (int q = 0; q < ks; ++q) v += cluster.map_shared_rank(part, q)[at];
+      store(e / kRows, e % kRows, v);
+    }
+    cluster.sync();  // no rank exits while another still reads its shared memory
+#endif
+  }
+}
+
+// Lets `kernel` take `bytes` of dynamic shared memory on the current device: the attribute is set
+// once per device and kernel instance (`done`: a function-local static of the instance's launcher,
+// one bit per device).
+template <typename Kernel>
+cudaError_t AllowDynamicSmemOnce(Kernel kernel, int bytes, std::atomic<uint64_t>& done) {
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  const uint64_t dev_bit = dev < 64 ? uint64_t{1} << dev : 0;
+  if (dev_bit != 0 && (done.load(std::memory_order_acquire) & dev_bit) != 0) return cudaSuccess;
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess) done.fetch_or(dev_bit, std::memory_order_acq_rel);
+  return e;
+}
+
+}  // namespace cuda_detail
+}  // namespace pyquant

@@ -729,11 +729,14 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
       case Int4Path::kSmallM8:
         // A pinned mid variant also serves M = 5..8 (benchmarks); by default the ring kernel does on wide
         // layers with short rows (4096 x 14336: 21.8 / 22.2 us at M = 5 / 8 vs 24.5 / 27.7), variant 10 on
-        // narrow ones (MidKSplitByDefault), the staged kernel where StagedByDefault says.
-        if (p.m > 4 && (mid_variant >= 0 || (gemv_variant < 0 && (WideShortRows(p) || StagedByDefault(p, mid_variant) ||
-                                                                   MidKSplitByDefault(p, mid_variant))))) {
-          LaunchMidVariant<T, 1>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
-          break;
+        // narrow ones (MidKSplitByDefault), the staged kernel where StagedByDefault says: every default
+        // choice of MidVariantFor at M <= 8 but its fallback, variant 9 (asked once, not rule by rule).
+        if (p.m > 4) {
+          const int v = MidVariantFor(p, mid_variant);
+          if (mid_variant >= 0 || (gemv_variant < 0 && v != kMid16Warps)) {
+            LaunchMidVariant<T, 1>(v, x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+            break;
+          }
         }
         LaunchGemvVariant<T>(GemvVariantFor(p, gemv_variant), x, p.b, s, p.zero_points, bias, y, g, pdl,
                              stream);

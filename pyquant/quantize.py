@@ -144,6 +144,18 @@ def _collect_stats(
     return stats
 
 
+def calibration_needs(cfg: Int4Config | Fp8Config) -> frozenset[str]:
+    """The calibration statistics quantizing one layer with ``cfg`` needs (empty: it fits nothing to
+    data): its weight algorithm's, plus the activation range of static FP8."""
+    _, algo_needs = get_weight_quantizer(cfg.scheme, cfg.algorithm)
+    kinds = set(algo_needs)
+    if isinstance(cfg, Fp8Config) and cfg.activation == "static":
+        kinds.add("amax")
+        if cfg.calibration != "amax":
+            kinds.add("abs_dist")
+    return frozenset(kinds)
+
+
 def quantize(
     model: nn.Module,
     config: QuantizeConfig | Int4Config | Fp8Config,
@@ -234,14 +246,9 @@ def quantize(
 
     needs: dict[str, frozenset[str]] = {}
     for name, (_, cfg) in chosen.items():
-        fn, algo_needs = get_weight_quantizer(cfg.scheme, cfg.algorithm)
-        kinds = set(algo_needs)
-        if isinstance(cfg, Fp8Config) and cfg.activation == "static":
-            kinds.add("amax")
-            if cfg.calibration != "amax":
-                kinds.add("abs_dist")
+        kinds = calibration_needs(cfg)
         if kinds:
-            needs[name] = frozenset(kinds)
+            needs[name] = kinds
     stats: dict[str, CalibrationStats] = {}
     if needs:
         if calibration_data is None:

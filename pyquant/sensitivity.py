@@ -153,12 +153,9 @@ def _quantize_one(
 
 def _calibrates(cfg: LayerConfig) -> bool:
     """Whether quantizing with ``cfg`` fits anything to the calibration data."""
-    if cfg is None:
-        return False
-    from pyquant.algorithms import get_weight_quantizer
+    from pyquant.quantize import calibration_needs
 
-    _, needs = get_weight_quantizer(cfg.scheme, cfg.algorithm)
-    return bool(needs) or (isinstance(cfg, Fp8Config) and cfg.activation == "static")
+    return cfg is not None and bool(calibration_needs(cfg))
 
 
 def _folds(n_batches: int, cfg: LayerConfig) -> list[tuple[list[int], list[int]]]:

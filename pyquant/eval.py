@@ -484,6 +484,19 @@ def _recipe_layer_config(recipe: ModelRecipe, scheme: str) -> Any:
     return qcfg.default
 
 
+def causal_proxy_batches(calib: Any, seq: int, n_tokens: int) -> list[torch.Tensor]:
+    """The planner's causal-LM proxy batches: the first ``n_tokens`` of the calibration token ids
+    (array [rows, length]) as sequences of ``seq`` tokens, one sequence per batch. One per batch
+    because calibrated candidates (GPTQ, static FP8 scales) are measured by cross-fitting over
+    batches (pyquant.sensitivity), which needs two at least: with two sequences in one batch they
+    were measured on the tokens they had been fitted to."""
+    ids = torch.as_tensor(calib)
+    chunks = ids[:, : ids.shape[1] // seq * seq].reshape(-1, seq)[: max(1, n_tokens // seq)]
+    if len(chunks) == 0:
+        raise ValueError(f"the calibration text has fewer than {seq} tokens per row")
+    return [chunks[i : i + 1] for i in range(len(chunks))]
+
+
 def plan_model(
     model: str = "smollm2",
     budget: float | str = 0.01,
@@ -536,9 +549,7 @@ def plan_model(
     if causal:
         seq = 128 if not quick else 64
         n_tok = proxy_tokens or (256 if not quick else 128)
-        chunks = torch.from_numpy(task.calib[:, : task.calib.shape[1] // seq * seq]).reshape(-1, seq)
-        chunks = chunks[: max(1, n_tok // seq)]
-        batches: list[Any] = [chunks[i : i + 2] for i in range(0, len(chunks), 2)]
+        batches: list[Any] = causal_proxy_batches(task.calib, seq, n_tok)
 
         def output_fn(m: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
             return m(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits

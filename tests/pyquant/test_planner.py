@@ -290,3 +290,20 @@ def test_calibrated_candidates_are_measured_out_of_sample() -> None:
     cross = (s0 + s1) / (c0 + c1)
     assert s.proxy[layer][name] == pytest.approx(cross, rel=1e-4)
     assert s.proxy[layer][name] > s_in / c_in
+
+
+def test_causal_proxy_batches_allow_cross_fitting() -> None:
+    """The planner's causal-LM proxy: one sequence per batch, so that calibrated candidates are
+    cross-fitted (two batches at the default 256 tokens in sequences of 128; it was one batch of
+    two sequences, measured in sample)."""
+    import numpy as np
+
+    from pyquant.eval import causal_proxy_batches
+
+    calib = np.arange(3 * 300).reshape(3, 300)
+    batches = causal_proxy_batches(calib, 128, 256)
+    assert [b.shape for b in batches] == [torch.Size([1, 128])] * 2
+    assert torch.equal(batches[1][0], torch.arange(128, 256))  # row 0's second sequence
+    assert len(causal_proxy_batches(calib, 128, 10_000)) == 6  # 2 whole sequences per row
+    with pytest.raises(ValueError, match="fewer than 128 tokens"):
+        causal_proxy_batches(calib[:, :100], 128, 256)

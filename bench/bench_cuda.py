@@ -33,7 +33,8 @@ Methods (fp16 activations):
                     rn4, dp, sk, heur, split2/4/8, nondet, sm90min<M>, fill2 / fill4: the mma
                     kernel's K split aimed at 2 / 4 CTAs per SM, nt1 / nt2 / nt4 / nt4fill2: its
                     column tiles per warp at M > 16; staged / staged65: the staged kernel
-                    (linear_fp8_staged.h) below the Hopper GEMM / at every M <= 64; see
+                    (linear_fp8_staged.h) below the Hopper GEMM / at every M <= 64; nostaged: the
+                    default without it (the session-20 default); see
                     ort_ops/cuda/linear_fp8.h) (not in the default list)
   pyquant_int4_<knob>  the Hopper GEMM's scheduler under PYQUANT_INT4_SM90_* (dp, sk, heur, split2/3/4/8,
                     nondet, sknondet, split2nondet, split4nondet, rm2, rn2; see
@@ -64,6 +65,8 @@ Methods (fp16 activations):
                     33 <= M <= 64 (PYQUANT_INT4_MID_ROWS=32: two grid rows of MT = 2; the staged
                     kernel, variants 11-13 or where it is the default, then takes 32 tokens per
                     CTA in two grid rows) (not in the default list)
+  pyquant_int4_r64  the default with one row of 64 tokens per CTA at 33 <= M <= 64 (PYQUANT_INT4_MID_ROWS=64;
+                    on N <= 512 the session-20 default) (not in the default list)
   pyquant_int4_nosplit  the default without the narrow-layer rules of sessions 18 / 19 (cluster K
                     split, two-row variant 9) (PYQUANT_INT4_MID_VARIANT=nosplit) (not in the default list)
   pyquant_int4_nostaged  the default without the staged kernel of session 20, i.e. the session-19
@@ -205,6 +208,8 @@ METHOD_ENV = {
     # kernels run, and with the Hopper GEMM from M = 65 so that it serves M <= 64 on every layer
     "pyquant_fp8_staged": {"PYQUANT_FP8_GEMV": "staged"},
     "pyquant_fp8_staged65": {"PYQUANT_FP8_GEMV": "staged", "PYQUANT_FP8_SM90_MIN_M": "65"},
+    # the default without the staged kernel (the session-20 default)
+    "pyquant_fp8_nostaged": {"PYQUANT_FP8_GEMV": "nostaged"},
     **{f"pyquant_fp8_fused{i}": {"PYQUANT_FP8_GEMV": "fused" if i == 0 else f"fused{i}"} for i in range(5)},
     **{f"pyquant_fp8_{t}": {"PYQUANT_FP8_SM90_TILE": t} for t in FP8_SM90_TILES},
     **{
@@ -244,6 +249,9 @@ METHOD_ENV = {
     # the same at 33 <= M <= 64 with 32 rows per CTA (MT = 2, two grid rows; PYQUANT_INT4_MID_ROWS=32):
     # r32 = the default variant choice there, mid<v>r32 = variant v
     "pyquant_int4_r32": {"PYQUANT_INT4_MID_ROWS": "32", "PYQUANT_INT4_SM90_MIN_M": "65", **_PLAIN},
+    # one row of 64 tokens per CTA at 33 <= M <= 64 (on the K-split layers, N <= 512: the session-20
+    # default, before the staged kernel took two rows of 32 there)
+    "pyquant_int4_r64": {"PYQUANT_INT4_MID_ROWS": "64"},
     **{
         f"pyquant_int4_mid{i}r32": {
             "PYQUANT_INT4_MID_VARIANT": str(i),

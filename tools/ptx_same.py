@@ -18,7 +18,22 @@ import re
 import sys
 from pathlib import Path
 
-ANON = re.compile(r"_GLOBAL__N__[0-9a-f]{8}_\d+_\w+?_cu_[0-9a-f]{8}_?\d*")
+ANON_START = re.compile(r"(\d+)_GLOBAL__N__")
+
+
+def strip_anon(text: str) -> str:
+    """Replace each mangled anonymous namespace <len>_GLOBAL__N__... by ANON, reading its length
+    from the mangling (its tail, a hash and sometimes a number, would run into the next name's
+    length digits for a regex)."""
+    out, pos = [], 0
+    for m in ANON_START.finditer(text):
+        if m.start() < pos:
+            continue
+        out.append(text[pos : m.start()])
+        out.append("ANON")
+        pos = m.start(1) + len(m.group(1)) + int(m.group(1))
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def kernels(text: str) -> dict[str, str]:
@@ -28,7 +43,7 @@ def kernels(text: str) -> dict[str, str]:
         body = body.replace(name, "NAME")
         body = re.sub(r"_ZZ\S*?E\d+([A-Za-z_]\w*?)(\[|;|,|\))", r"SHARED_\1\2", body)
         body = re.sub(r"\$L__BB\d+_", "$L__BB_", body)
-        out[ANON.sub("ANON", name)] = ANON.sub("ANON", body)
+        out[strip_anon(name)] = strip_anon(body)
     return out
 
 

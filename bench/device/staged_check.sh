@@ -4,7 +4,7 @@
 # (mid variants 11 / 12 / 13) against the default dispatch and torch fp16 on narrow and square
 # layers at M = 5-64. Usage: bash bench/device/staged_check.sh <tag>
 # Needs .deps (ORT headers + CUTLASS) carried; onnxruntime-gpu installed (source /tmp/ortsite/env.sh).
-# Switches: BUILD=0 (reuse the build), TESTS=0, BENCH=0, TEST_SEL (pytest -k), SHAPES_A / SHAPES_B,
+# Switches: BUILD=0 (reuse the build), TESTS=0, BENCH=0, TEST_SEL (pytest -k), SHAPES_A / SHAPES_B (none: skip),
 # M_LIST, METHODS.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -39,7 +39,7 @@ if [ "${BENCH:-1}" = 1 ]; then
   timeout ${BENCH_TIMEOUT:-200} python3 bench/bench_cuda.py --out "$OUT" --tag "${tag}-narrow" \
     --shapes "${SHAPES_A:-4096x1024,8192x1024,14336x1024,14336x512,4096x512}" --m "${M_LIST:-5,8,16,32,48,64}" \
     --methods "$methods" 2>&1 | grep -E "^\||^## |Error|error" | tail -n 60
-  timeout ${BENCH_TIMEOUT:-200} python3 bench/bench_cuda.py --out "$OUT" --tag "${tag}-square" \
+  [ "${SHAPES_B:-}" = none ] || timeout ${BENCH_TIMEOUT:-200} python3 bench/bench_cuda.py --out "$OUT" --tag "${tag}-square" \
     --shapes "${SHAPES_B:-4096x4096,14336x4096}" --m "${M_LIST:-5,8,16,32,48,64}" \
     --methods "$methods" 2>&1 | grep -E "^\||^## |Error|error" | tail -n 30
 fi

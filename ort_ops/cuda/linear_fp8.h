@@ -30,6 +30,11 @@ constexpr int64_t kFp8GemmPdlEarlyMaxM = 512;
 constexpr int kFp8GemvMmaSplit = 8;
 // Fp8Options::gemv value of "staged" (linear_fp8_staged.h).
 constexpr int kFp8GemvStaged = 9;
+// Fp8Options::gemv value of "nostaged": "auto" without the staged kernel (the session-20 default).
+constexpr int kFp8GemvNoStaged = 10;
+// The M range in which "auto" runs the staged kernel on sm_90's narrow layers (Fp8StagedByDefault).
+constexpr int64_t kFp8StagedMinM = 5;
+constexpr int64_t kFp8StagedMaxM = 64;
 
 // Kernel choices of one node, fixed when the kernel is created (CudaFp8Options() reads the
 // environment; tests and benchmarks set it around session creation). Defaults = production.
@@ -52,7 +57,10 @@ struct Fp8Options {
   // there. PYQUANT_FP8_SM90_MIN_M sets this too.
   int64_t sm90_min_m_narrow = kFp8Sm90MinMNarrow;
   // PYQUANT_FP8_GEMV: small-M kernel.
-  //   0 "auto": the fused GEMV (linear_fp8_gemv.h) at M <= 2 where it fits, else "mmasplit".
+  //   0 "auto": the fused GEMV (linear_fp8_gemv.h) at M <= 2 where it fits; on sm_90's narrow
+  //     layers at kFp8StagedMinM <= M <= kFp8StagedMaxM the staged kernel where Fp8StagedByDefault
+  //     (linear_fp8_impl.cu) says, in place of the mma kernel and, at M > 32, of the Hopper GEMM;
+  //     else "mmasplit".
   //   1 "mma": fp8_mma_kernel (activations in the MMA's m16 slot, W in n8) for M <= 16, no K split.
   //   2 "swap": fp8_gemv_swap_kernel (W rows in the m16 slot, X^T in n8: half the MMAs), M <= 8,
   //     per-channel scales.
@@ -65,8 +73,9 @@ struct Fp8Options {
   //     GEMV is faster there (14336 x 512, M = 1: 8.3 vs 9.2 us).
   //   9 "staged" (kFp8GemvStaged): the staged kernel (linear_fp8_staged.h: xq and W through shared
   //     memory, X loaded once per CTA for 64-128 channels, K split over sm_90 clusters) at every
-  //     M <= 64 below the Hopper GEMM, where it applies (else "mmasplit"). Opt-in: written in
-  //     session 20 for the long-K narrow layers at M = 17-64, not yet run on a GPU.
+  //     M <= 64 below the Hopper GEMM, where it applies (else "mmasplit"). Written in session 20
+  //     for the long-K narrow layers at M = 17-64; part of "auto" since session 21.
+  //   10 "nostaged" (kFp8GemvNoStaged): "auto" without the staged kernel (benchmarks).
   int gemv = 0;
   // PYQUANT_FP8_KSPLIT_FILL (benchmarks): that split's aim, in CTAs per SM (Fp8MmaClusterSplit); it
   // also sets which layers count as narrow for sm90_min_m_narrow.

@@ -1,13 +1,6 @@
 // LinearFp8 CUDA kernels and launchers.
 //
-// Stage 1, activation quantization: amax (NaN ignored), the scale rule of docs/ops.md
-//   (DynamicFp8RowScale, identical float32 arithmetic), saturating RNE cast. Two kernels:
-//   quantize_rows_vec_kernel (16-byte loads, the row held in registers so X is read once; a warp
-//     per row, 8 rows per CTA, for M > 16 with rows of up to 256 bytes per lane (K <= 4096 fp16);
-//     a 512-thread CTA per row for M <= 16, so a single long row is not
-//     one-thread-per-16-elements latency-bound (every load is issued before any use), and for
-//     longer rows at any M);
-//   quantize_rows_fp8_kernel (scalar, one CTA per row): rows that are not 16-byte aligned.
+// Stage 1, activation quantization: LaunchFp8Quantize (linear_fp8_quantize.h).
 // Stage 2, one of
 //   sm90::LaunchFp8Gemm (sm90/fp8_gemm_sm90.h): CUTLASS FP8 wgmma GEMM on compute capability 9.0
 //     for M > 16 with per-channel weight scales (scales and bias in its epilogue);
@@ -32,6 +25,7 @@
 #include "cuda/linear_fp8.h"
 #include "cuda/linear_fp8_gemv.h"
 #include "cuda/linear_fp8_impl.cuh"
+#include "cuda/linear_fp8_quantize.h"
 #include "cuda/linear_fp8_staged.h"
 #include "cuda/matmul_int4_impl.cuh"
 #if PYQUANT_WITH_SM90
@@ -49,117 +43,6 @@ namespace {
 size_t AlignUp(size_t v) { return (v + 255) & ~size_t{255}; }
 
 }  // namespace
-
-// x [M, K] T -> xq [M, K] e4m3 bytes, s_x [M] float.
-template <typename T>
-__global__ void quantize_rows_fp8_kernel(const T* __restrict__ x, uint8_t* __restrict__ xq, float* __restrict__ s_x,
-                                         int64_t k, int static_scale, float x_scale) {
-  PdlAllowDependents();  // PDL (cuda/pdl.h): the GEMM after this may start loading its weights
-  PdlWaitPrimary();
-  const int64_t row = blockIdx.x;
-  const T* xr = x + row * k;
-  __shared__ float warp_max[32];
-  __shared__ float row_inv, row_s;
-  if (static_scale) {
-    if (threadIdx.x == 0) {
-      row_inv = 1.0f / x_scale;
-      row_s = x_scale;
-    }
-  } else {
-    float amax = 0.0f;
-    for (int64_t i = threadIdx.x; i < k; i += blockDim.x) amax = fmaxf(amax, fabsf(LoadF(xr, i)));
-    amax = WarpMax(amax);
-    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = amax;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      float v = threadIdx.x < (blockDim.x >> 5) ? warp_max[threadIdx.x] : 0.0f;
-      v = WarpMax(v);
-      if (threadIdx.x == 0) {
-        const Fp8RowScale rs = DynamicFp8RowScale(v);
-        row_inv = rs.inv;
-        row_s = rs.s_x;
-      }
-    }
-  }
-  __syncthreads();
-  const float inv = row_inv;
-  for (int64_t i = threadIdx.x; i < k; i += blockDim.x) {
-    xq[row * k + i] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(LoadF(xr, i) * inv, __NV_SATFINITE, __NV_E4M3));
-  }
-  if (threadIdx.x == 0) s_x[row] = row_s;
-}
-
-// Vectorized activation quantizer. x [M, K] T with K * sizeof(T) % 16 == 0 and x 16-byte
-// aligned; xq [M, K] e4m3 bytes; s_x [M] float.
-//   kGroup threads quantize one row: 32 (a warp; 8 rows per 256-thread CTA) or 512 (the CTA).
-//   kNV 16-byte vectors per thread are held in registers: rows of up to kGroup * kNV vectors are
-//   read once (all loads issued before the reduction); longer rows are read twice (the second
-//   pass mostly from L2).
-template <typename T, int kGroup, int kNV>
-__global__ void __launch_bounds__(kGroup == 32 ? 256 : kGroup)
-    quantize_rows_vec_kernel(const T* __restrict__ x, uint8_t* __restrict__ xq, float* __restrict__ s_x, int m,
-                             int k, int static_scale, float x_scale, int late_trigger) {
-  constexpr int kE = Vec16<T>::kE;
-  constexpr int kRowsPerCta = kGroup == 32 ? 256 / 32 : 1;
-  const int lane = threadIdx.x % kGroup;
-  const int row = blockIdx.x * kRowsPerCta + threadIdx.x / kGroup;
-  const bool row_ok = row < m;
-  const int nvec = k / kE;
-  const uint4* xr = reinterpret_cast<const uint4*>(x) + int64_t(row_ok ? row : 0) * nvec;
-  const bool in_regs = nvec <= kGroup * kNV;
-  // PDL (cuda/pdl.h): the GEMM after this may start at once, or (late_trigger) after the stores.
-  if (!late_trigger) PdlAllowDependents();
-  PdlWaitPrimary();
-
-  uint4 v[kNV];
-  float amax = 0.0f;
-  if (in_regs) {
-#pragma unroll
-    for (int i = 0; i < kNV; ++i) {
-      const int j = lane + i * kGroup;
-      v[i] = (row_ok && j < nvec) ? __ldg(xr + j) : make_uint4(0, 0, 0, 0);
-    }
-    if (!static_scale) {
-#pragma unroll
-      for (int i = 0; i < kNV; ++i) amax = VecAbsMax<T>(v[i], amax);  // zero padding: |0| <= amax
-    }
-  } else if (!static_scale && row_ok) {
-#pragma unroll 4
-    for (int j = lane; j < nvec; j += kGroup) amax = VecAbsMax<T>(__ldg(xr + j), amax);
-  }
-
-  float inv, s;
-  if (static_scale) {
-    inv = 1.0f / x_scale;
-    s = x_scale;
-  } else {
-    amax = WarpMax(amax);  // max is exact: any reduction order gives the same value
-    if constexpr (kGroup > 32) {
-      __shared__ float warp_max[kGroup / 32];
-      if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = amax;
-      __syncthreads();
-#pragma unroll
-      for (int w = 0; w < kGroup / 32; ++w) amax = fmaxf(amax, warp_max[w]);
-    }
-    const Fp8RowScale rs = DynamicFp8RowScale(amax);
-    inv = rs.inv;
-    s = rs.s_x;
-  }
-  if (!row_ok) return;
-  uint8_t* qr = xq + int64_t(row) * k;
-  if (in_regs) {
-#pragma unroll
-    for (int i = 0; i < kNV; ++i) {
-      const int j = lane + i * kGroup;
-      if (j < nvec) QuantStore<T>(v[i], inv, qr + int64_t(j) * kE);
-    }
-  } else {
-#pragma unroll 4
-    for (int j = lane; j < nvec; j += kGroup) QuantStore<T>(__ldg(xr + j), inv, qr + int64_t(j) * kE);
-  }
-  if (lane == 0) s_x[row] = s;
-  if (late_trigger) PdlAllowDependents();
-}
 
 // xq [M, K] e4m3, w [N, K] e4m3, w_scale [N, n_scale_blocks], s_x [M], bias [N] T, y [M, N] T.
 template <typename T>
@@ -544,10 +427,10 @@ int Fp8MmaNt(const LinearFp8Problem& p, const Fp8Options& opt) {
   return p.k >= 8192 && (p.n >= 1024 || p.m > 32) && CurrentDeviceIsSm90() ? 4 : 1;
 }
 
-// Whether the mma kernel splits K where its CTAs leave SMs idle ("auto" / "mmasplit"; "staged",
-// whose kernel splits K too, falls back to it).
+// Whether the mma kernel splits K where its CTAs leave SMs idle ("auto" / "nostaged" / "mmasplit";
+// "staged", whose kernel splits K too, falls back to it).
 bool Fp8KSplitOn(const Fp8Options& opt) {
-  return opt.gemv == 0 || opt.gemv == kFp8GemvMmaSplit || opt.gemv == kFp8GemvStaged;
+  return opt.gemv == 0 || opt.gemv == kFp8GemvMmaSplit || opt.gemv == kFp8GemvStaged || opt.gemv == kFp8GemvNoStaged;
 }
 
 // Cluster size kS of that kernel's K split at M tile MT (1: none): the launch and the Hopper GEMM
@@ -599,39 +482,7 @@ sm90::Fp8GemmArgs Sm90Args(const LinearFp8Problem& p, const uint8_t* xq, const f
 }
 #endif
 
-// Stage 1 for every path: xq, s_x from X.
-// late_trigger: the vectorized kernels let the PDL-launched GEMM after them start only after
-// their stores (Fp8Options::gemm_pdl_late); else at once.
-template <typename T>
-void LaunchQuantize(const LinearFp8Problem& p, uint8_t* xq, float* s_x, bool pdl, cudaStream_t stream,
-                    bool late_trigger = false) {
-  const int st = p.static_scale ? 1 : 0;
-  const bool vec_ok = (p.k * int64_t(sizeof(T))) % 16 == 0 && (reinterpret_cast<uintptr_t>(p.x) & 15) == 0 &&
-                      p.m * p.k < (int64_t{1} << 31);
-  const T* x = static_cast<const T*>(p.x);
-  // Rows longer than a warp holds in registers (K > 4096 for fp16) also take a CTA per row: the
-  // warp-per-row kernel reads them twice, and at M = 2048, K = 14336 the second pass missed L2
-  // (H100, Nsight Compute: 117 MB read for 59 MB of X, 48.6 us = 20 % of the layer;
-  // bench/results/2026-11-24-h100-s13-ncu-fp8-m2048-14336x4096.txt).
-  constexpr int kWarpRowVecs = 16;  // 16-byte vectors per lane of the warp-per-row kernel
-  const int64_t vecs = p.k * int64_t(sizeof(T)) / 16;
-  if (vec_ok && (p.m <= 16 || vecs > 32 * kWarpRowVecs)) {
-    // One 512-thread CTA per row, up to 4 vectors per thread in registers (K <= 16384 for fp16).
-    (void)LaunchWithPdl(quantize_rows_vec_kernel<T, 512, 4>, dim3(static_cast<unsigned>(p.m)), dim3(512), stream, pdl,
-                        x, xq, s_x, static_cast<int>(p.m), static_cast<int>(p.k), st, p.x_scale,
-                        late_trigger ? 1 : 0);
-  } else if (vec_ok) {
-    // A warp per row, up to 16 vectors per lane in registers (K <= 4096 for fp16, 2048 fp32).
-    (void)LaunchWithPdl(quantize_rows_vec_kernel<T, 32, kWarpRowVecs>, dim3(static_cast<unsigned>((p.m + 7) / 8)),
-                        dim3(256), stream, pdl, x, xq, s_x, static_cast<int>(p.m), static_cast<int>(p.k), st,
-                        p.x_scale, late_trigger ? 1 : 0);
-  } else {
-    (void)LaunchWithPdl(quantize_rows_fp8_kernel<T>, dim3(static_cast<unsigned>(p.m)), dim3(256), stream, pdl, x, xq,
-                        s_x, p.k, st, p.x_scale);
-  }
-}
-
-// LaunchQuantize as a Sm90LaunchControl::pre_launch callback (ctx = this).
+// LaunchFp8Quantize as a Sm90LaunchControl::pre_launch callback (ctx = this).
 struct QuantizeLaunch {
   const LinearFp8Problem* p;
   uint8_t* xq;
@@ -641,7 +492,7 @@ struct QuantizeLaunch {
   template <typename T>
   static cudaError_t Run(void* ctx, cudaStream_t stream) {
     const auto* q = static_cast<const QuantizeLaunch*>(ctx);
-    LaunchQuantize<T>(*q->p, q->xq, q->s_x, q->pdl, stream, q->late_trigger);
+    LaunchFp8Quantize<T>(*q->p, q->xq, q->s_x, q->pdl, stream, q->late_trigger);
     return cudaGetLastError();
   }
 };
@@ -674,6 +525,32 @@ bool Fp8FastPath(const LinearFp8Problem& p) {
   return true;
 }
 
+// Where "auto" runs the staged kernel (linear_fp8_staged.h): sm_90, fp16 / bf16 output, narrow layers
+// (one row of the mma kernel's NT = 1 grid, ceil(N / 8) CTAs, leaves SMs idle, so that it splits K),
+// kFp8StagedMinM <= M <= kFp8StagedMaxM and below sm90_min_m_narrow (PYQUANT_FP8_SM90_MIN_M still
+// forces the GEMM), except at M > 32 on layers with K < 8192 and N > 512. There it replaces the
+// mma kernel and, on N = 1024 at M > 32, the Hopper GEMM. H100, against the session-20 default
+// (bench/results/2026-11-25-h100-s21-staged-narrow-bench-cuda.md, staged65 / default / torch fp16):
+// 14336 x 1024 at M = 16 / 32 / 64: 11.0 / 13.9 / 21.9 us vs 15.4 / 17.1 / 26.5 (14.9 / 15.5 / 15.9);
+// 8192 x 1024 at M = 8: 7.5 vs 9.4; 14336 x 512 at M = 16: 9.8 vs 10.7; 4096 x 512 at M = 64: 9.2
+// vs 9.4. Left out: 4096 x 1024 at M = 40-64 (11.6-11.9 vs the GEMM's 11.3-11.4), M <= 2 (the fused
+// GEMV: 4.2 vs 5.8 us on 4096 x 1024 at M = 1), square layers (4096^2 at M = 16: 15.0 vs 12.5).
+template <typename T>
+bool Fp8StagedByDefault(const LinearFp8Problem& p, const Fp8Options& opt) {
+  if (std::is_same<T, float>::value || opt.gemv != 0) return false;
+  if (p.m < kFp8StagedMinM || p.m > kFp8StagedMaxM || p.m >= opt.sm90_min_m_narrow) return false;
+  if (p.m > 32 && p.k < 8192 && p.n > 512) return false;
+  if (!Fp8FastPath(p) || !CurrentDeviceIsSm90()) return false;
+  LinearFp8Problem one_row = p;
+  one_row.m = 1;
+  if (Fp8MmaClusterSplit(one_row, 1, 1, opt.k_split_fill) <= 1) return false;  // not narrow
+  Fp8StagedProblem sp;
+  sp.m = static_cast<int>(p.m), sp.n = static_cast<int>(p.n), sp.k = static_cast<int>(p.k);
+  sp.block_size = static_cast<int>(p.block_size);
+  sp.n_scale_blocks = static_cast<int>(p.n_scale_blocks);
+  return Fp8StagedFits(sp);
+}
+
 // k_split_fill > 0 (Fp8KSplitOn; fp16 / bf16): clusters of Fp8MmaClusterSplit CTAs split K; 0: no split.
 template <typename T, int MT, bool kBlock, bool kLow8 = false, int NT = 1>
 void LaunchFp8Mma(const LinearFp8Problem& p, const uint8_t* xq, const float* s_x, const Fp8Geom& g, PdlMode pdl,
@@ -703,16 +580,18 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
   if (p.m == 0) return cudaSuccess;
   if (p.m > 65535 || ws.bytes < LinearFp8WorkspaceBytes(p)) return cudaErrorInvalidConfiguration;
   int device = 0;
+  // the staged kernel in place of the mma kernel or the Hopper GEMM ("auto" on sm_90's narrow layers)
+  const bool staged_default = !force_ref && Fp8StagedByDefault<T>(p, opt);
   bool sm90 = false;  // the Hopper GEMM's shape / type / device conditions (false for float)
 #if PYQUANT_WITH_SM90
-  sm90 = Sm90Candidate<T>(p, opt, &device);
+  sm90 = !staged_default && Sm90Candidate<T>(p, opt, &device);
 #endif
   (void)device;
   if constexpr (!std::is_same<T, float>::value) {
     // Decode: quantization fused into the GEMV (no xq round trip, one launch), unless the Hopper
     // GEMM was asked for at this M.
     const bool fused_knob = opt.gemv >= 3 && opt.gemv < kFp8GemvMmaSplit;  // "fused", "fused1".."fused4"
-    const bool fused_allowed = (opt.gemv == 0 && p.m <= kFp8GemvAutoMaxM) || fused_knob;
+    const bool fused_allowed = ((opt.gemv == 0 || opt.gemv == kFp8GemvNoStaged) && p.m <= kFp8GemvAutoMaxM) || fused_knob;
     if (!force_ref && fused_allowed && !sm90 && Fp8GemvFusedFits(p, sizeof(T))) {
       return LaunchFp8GemvFused<T>(p, fused_knob ? opt.gemv - 3 : Fp8GemvAutoVariant(p.m), pdl, stream);
     }
@@ -747,7 +626,7 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
     }
   }
 #endif
-  LaunchQuantize<T>(p, xq, s_x, pdl.launch, stream);
+  LaunchFp8Quantize<T>(p, xq, s_x, pdl.launch, stream);
   if (fast) {
     Fp8Geom g;
     g.m = static_cast<int>(p.m);
@@ -759,7 +638,7 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
     const bool block = p.block_size != 0;
     const int split = Fp8KSplitOn(opt) ? opt.k_split_fill : 0;  // LaunchFp8Mma's k_split_fill
     if constexpr (!std::is_same<T, float>::value) {
-      if (opt.gemv == kFp8GemvStaged) {
+      if (opt.gemv == kFp8GemvStaged || staged_default) {
         Fp8StagedProblem sp;
         sp.xq = xq, sp.s_x = s_x, sp.w = p.w, sp.w_scale = p.w_scale, sp.bias = p.bias, sp.y = p.y;
         sp.m = g.m, sp.n = g.n, sp.k = g.k;

@@ -323,6 +323,8 @@ cudaError_t LaunchTokens(const Fp8StagedProblem& p, const Fp8StagedPlan& plan, P
 
 }  // namespace
 
+bool Fp8StagedFits(const Fp8StagedProblem& p) { return PlanFp8Staged(p).ok; }
+
 template <typename T>
 cudaError_t LaunchFp8Staged(const Fp8StagedProblem& p, PdlMode pdl, cudaStream_t stream) {
   const Fp8StagedPlan plan = PlanFp8Staged(p);

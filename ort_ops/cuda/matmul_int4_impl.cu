@@ -747,16 +747,25 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
       case Int4Path::kSmallM32:
         LaunchMidVariant<T, 2>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
         break;
-      case Int4Path::kSmallM64:
-        if (MidRowsFor(p, mid_variant, mid_rows) == 32) {
-          // an explicit PYQUANT_INT4_MID_ROWS=32 also gives the staged kernel two grid rows of 32 tokens
-          // (not measured yet; by default it keeps one row of 64 where it runs)
-          LaunchMidVariant<T, 2>(MidVariantFor(p, mid_variant, 32), x, p.b, s, p.zero_points, bias, y, g, pdl,
-                                 stream, mid_rows == 32 ? 32 : 0);
-          break;
+      case Int4Path::kSmallM64: {
+        const int rows = MidRowsFor(p, mid_variant, mid_rows);
+        const int v = MidVariantFor(p, mid_variant, rows);
+        // The staged kernel's tokens per CTA: 32 (two grid rows) where PYQUANT_INT4_MID_ROWS=32 asks, and
+        // by default on the K-split layers (N <= 512). H100 (…-s21-staged-narrow-bench-cuda.md, r32 against
+        // the default's 64): 4096 x 512 at M = 40 / 64: 6.6 / 6.6 vs 7.0 / 7.1 us, 14336 x 512: 13.2 / 13.4
+        // vs 13.7 / 13.7. Not on the two-row layers (N = 1024), where 64 stays faster (8192 x 1024:
+        // 15.8 vs 14.8 at M = 40): else the tokens follow M (0).
+        const bool staged = v >= kMidStagedFirst && v < kMidVariants;
+        const bool staged_rows32 =
+            staged && (mid_rows == 32 || (mid_rows == 0 && MidDefault(mid_variant) &&
+                                          NarrowRuleFor(p) == NarrowRule::kKSplit));
+        if (rows == 32 || staged_rows32) {
+          LaunchMidVariant<T, 2>(v, x, p.b, s, p.zero_points, bias, y, g, pdl, stream, staged_rows32 ? 32 : 0);
+        } else {
+          LaunchMidVariant<T, 4>(v, x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
         }
-        LaunchMidVariant<T, 4>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
         break;
+      }
       default: {
         const int split = TiledSplitK(p);
         const size_t need = static_cast<size_t>(p.m * a.n) * sizeof(float);

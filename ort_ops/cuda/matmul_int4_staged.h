@@ -24,7 +24,8 @@ struct Int4StagedPlan {
   int ks = 1;         // CTAs per cluster splitting K (sm_90 only)
 };
 // max_tokens: 0 = the tokens per CTA follow M (8 / 16 / 32 / 64 for M <= 8 / 16 / 32 / 64); 8, 16 or 32 caps
-// them (grid.y then covers M in several rows: PYQUANT_INT4_MID_ROWS=32, a benchmark knob).
+// them (grid.y then covers M in several rows): 32 at M = 33-64 on the K-split layers (N <= 512) by
+// default, and wherever PYQUANT_INT4_MID_ROWS=32 asks (LaunchMatMulInt4).
 Int4StagedPlan PlanInt4Staged(int shape, const cuda_detail::Int4Geom& g, int max_tokens = 0);
 
 // x [M, K] T, b [N, K / 2] row-major codes, scales [N, nb] T, zp [N, zp_row_bytes] or nullptr,

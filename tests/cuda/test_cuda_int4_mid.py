@@ -118,9 +118,10 @@ def test_int4_mid_default_narrow(rng, dtype, symmetric, mid, kn):
     variant 9 in two grid rows of MT = 2 at M = 33..64, also from 49. On sm_90 the staged kernel
     takes part of both (StagedByDefault: 14336 x 500 at every M from 5, 4096 x 264 from 17,
     4096 x 1000 to 32, 8192 x 1000 at every M from 5; 8200 x 1024 is not whole stages of K) and
-    serves 8192 x 2056 at M = 5..8. PYQUANT_INT4_MID_VARIANT=nosplit: the choice without these
-    rules (the GEMV to M = 8, variant 9 to 32, variant 3, the Hopper GEMM from 49 on sm_90);
-    nostaged: the session-19 choice (the rules without the staged kernel)."""
+    serves 8192 x 2056 at M = 5..8; on the K-split layers (4096 x 264, 14336 x 500) in two grid
+    rows of 32 tokens at M = 33..64 (partial at 33 / 48 / 49). PYQUANT_INT4_MID_VARIANT=nosplit:
+    the choice without these rules (the GEMV to M = 8, variant 9 to 32, variant 3, the Hopper GEMM
+    from 49 on sm_90); nostaged: the session-19 choice (the rules without the staged kernel)."""
     k, n = kn
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, 128, dtype, symmetric, True)
     sess = _session(model, env={"PYQUANT_INT4_MID_VARIANT": mid} if mid else None)

@@ -34,7 +34,8 @@ Methods (fp16 activations):
                     kernel's K split aimed at 2 / 4 CTAs per SM, nt1 / nt2 / nt4 / nt4fill2: its
                     column tiles per warp at M > 16; staged / staged65: the staged kernel
                     (linear_fp8_staged.h) below the Hopper GEMM / at every M <= 64; nostaged: the
-                    default without it (the session-20 default); see
+                    default without it (the session-20 default); c16 / staged65c16: the staged
+                    kernel's K split in clusters of up to 16 (PYQUANT_STAGED_MAX_CLUSTER=16); see
                     ort_ops/cuda/linear_fp8.h) (not in the default list)
   pyquant_int4_<knob>  the Hopper GEMM's scheduler under PYQUANT_INT4_SM90_* (dp, sk, heur, split2/3/4/8,
                     nondet, sknondet, split2nondet, split4nondet, rm2, rn2; see
@@ -65,6 +66,8 @@ Methods (fp16 activations):
                     33 <= M <= 64 (PYQUANT_INT4_MID_ROWS=32: two grid rows of MT = 2; the staged
                     kernel, variants 11-13 or where it is the default, then takes 32 tokens per
                     CTA in two grid rows) (not in the default list)
+  pyquant_int4_c16  the default with the staged kernel's K split in clusters of up to 16
+                    (PYQUANT_STAGED_MAX_CLUSTER=16) (not in the default list)
   pyquant_int4_r64  the default with one row of 64 tokens per CTA at 33 <= M <= 64 (PYQUANT_INT4_MID_ROWS=64;
                     on N <= 512 the session-20 default) (not in the default list)
   pyquant_int4_nosplit  the default without the narrow-layer rules of sessions 18 / 19 (cluster K
@@ -210,6 +213,14 @@ METHOD_ENV = {
     "pyquant_fp8_staged65": {"PYQUANT_FP8_GEMV": "staged", "PYQUANT_FP8_SM90_MIN_M": "65"},
     # the default without the staged kernel (the session-20 default)
     "pyquant_fp8_nostaged": {"PYQUANT_FP8_GEMV": "nostaged"},
+    # the staged kernels' K split in clusters of up to 16 (PYQUANT_STAGED_MAX_CLUSTER=16), both ops
+    "pyquant_fp8_c16": {"PYQUANT_STAGED_MAX_CLUSTER": "16"},
+    "pyquant_fp8_staged65c16": {
+        "PYQUANT_FP8_GEMV": "staged",
+        "PYQUANT_FP8_SM90_MIN_M": "65",
+        "PYQUANT_STAGED_MAX_CLUSTER": "16",
+    },
+    "pyquant_int4_c16": {"PYQUANT_STAGED_MAX_CLUSTER": "16"},
     **{f"pyquant_fp8_fused{i}": {"PYQUANT_FP8_GEMV": "fused" if i == 0 else f"fused{i}"} for i in range(5)},
     **{f"pyquant_fp8_{t}": {"PYQUANT_FP8_SM90_TILE": t} for t in FP8_SM90_TILES},
     **{

@@ -14,6 +14,9 @@ const char* EnvValue(const char* name);
 int EnvInt(const char* name, int dflt);
 // Index of the value of `name` in `names` (also accepted: the index as a number), else dflt.
 int EnvChoice(const char* name, std::initializer_list<const char*> names, int dflt);
+// PYQUANT_STAGED_MAX_CLUSTER: the largest cluster of the staged kernels' K split (both ops;
+// staged_common.cuh StagedClusterSplit): 16 if so set, else 8.
+inline int CudaStagedMaxCluster() { return EnvInt("PYQUANT_STAGED_MAX_CLUSTER", 8) == 16 ? 16 : 8; }
 
 // The Hopper GEMM scheduler knobs under one prefix (e.g. "PYQUANT_INT4_SM90"):
 //   <prefix>_DECOMP   auto | streamk | splitk | dp | heuristic   (Sm90SchedulerTuning::decomposition

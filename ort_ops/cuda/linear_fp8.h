@@ -84,6 +84,10 @@ struct Fp8Options {
   // X is re-read from L2 ceil(N / 8 NT) times). 0 "auto": 4 on sm_90 for K >= 8192 with N >= 1024
   // or M > 32, else 1 (Fp8MmaNt); 1 / 2 / 4.
   int mma_nt = 0;
+  // PYQUANT_STAGED_MAX_CLUSTER (both ops; benchmarks): the largest cluster of the staged kernel's K
+  // split, 8 (default, the portable size) or 16 (sm_90's non-portable size: twice the CTAs on narrow
+  // layers at 64 tokens per CTA). Not yet run on a GPU.
+  int staged_max_cluster = 8;
   // Hopper GEMM knobs (sm90::Fp8GemmTuning, fp8_gemm_sm90.h):
   //   PYQUANT_FP8_SM90_TILE     auto, or a variant's name -> variant 0..16 (the names: the list in
   //                             CudaFp8Options, linear_fp8_op.cc; fp8_gemm_sm90_variants.cu)

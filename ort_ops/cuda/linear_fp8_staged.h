@@ -25,6 +25,8 @@ struct Fp8StagedProblem {
   int m = 0, n = 0, k = 0;
   int block_size = 0;
   int n_scale_blocks = 1;
+  // Largest cluster splitting K: 8 (portable) or 16 (Fp8Options::staged_max_cluster).
+  int max_cluster = 8;
 };
 
 // T = __half / __nv_bfloat16 (the output type). cudaErrorNotSupported, nothing launched, where the

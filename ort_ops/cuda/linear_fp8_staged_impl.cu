@@ -279,13 +279,8 @@ Fp8StagedPlan PlanFp8Staged(const Fp8StagedProblem& p) {
     if (p.k % (64 * (plan.tall ? 4 : 2)) != 0) return plan;
   }
   const int stages = p.k / (64 * (plan.tall ? 4 : 2));
-  // The K split: the smallest of 1, 2, 4, 8 that gives >= 1.5 CTAs per SM, each rank >= 2 stages.
-  plan.ks = 1;
-  if (sm90 && kSm90Build) {
-    while (plan.ks < 8 && ctas(plan.tall) * plan.ks * 2 < 3 * int64_t(sms) && stages / (2 * plan.ks) >= 2) {
-      plan.ks *= 2;
-    }
-  }
+  // The K split (StagedClusterSplit): >= 1.5 CTAs per SM, each rank >= 2 stages.
+  plan.ks = sm90 && kSm90Build ? StagedClusterSplit(ctas(plan.tall), stages, sms, p.max_cluster) : 1;
   plan.ok = true;
   return plan;
 }
@@ -298,8 +293,9 @@ cudaError_t LaunchShape(const Fp8StagedProblem& p, int ks, PdlMode pdl, cudaStre
   constexpr int kMinBlocks = S::kSmem <= 110 * 1024 && MT8 <= 4 ? 2 : 1;
   auto kernel = fp8_staged_kernel<T, MT8, kNt, WN, WK, kStages, kBlock, kMinBlocks>;
   // Over 48 KB of dynamic shared memory needs an opt-in, once per device and kernel instance.
-  static std::atomic<uint64_t> smem_set_on{0};
-  const cudaError_t e = AllowDynamicSmemOnce(kernel, S::kSmem, smem_set_on);
+  static std::atomic<uint64_t> smem_set_on{0}, large_clusters_on{0};
+  cudaError_t e = AllowDynamicSmemOnce(kernel, S::kSmem, smem_set_on);
+  if (e == cudaSuccess && ks > 8) e = AllowLargeClustersOnce(kernel, large_clusters_on);
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>((p.n + S::kRows - 1) / S::kRows * ks),
                   static_cast<unsigned>((p.m + S::kTokens - 1) / S::kTokens));

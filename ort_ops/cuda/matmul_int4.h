@@ -105,12 +105,13 @@ size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m 
 // default without the staged kernel (the session-19 choice; benchmarks).
 // mid_rows: the M rows one CTA of that kernel covers at 33 <= M <= 64: 64 (MT = 4 m16 tiles, one grid
 // row), 32 (MT = 2, two grid rows), 0 = the default choice.
+// staged_max_cluster: the staged kernel's largest K-split cluster, 8 or 16 (PYQUANT_STAGED_MAX_CLUSTER).
 constexpr int kInt4MidNoKSplit = -2;
 constexpr int kInt4MidNoStaged = -3;
 template <typename T>
 cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, int64_t tiled_min_m = kInt4TiledMinM,
                              Int4Workspace ws = {}, const Int4Sm90Prepared* sm90 = nullptr, int gemv_variant = -1,
-                             PdlMode pdl = {}, int mid_variant = -1, int mid_rows = 0);
+                             PdlMode pdl = {}, int mid_variant = -1, int mid_rows = 0, int staged_max_cluster = 8);
 
 // True when this build has the sm90 GEMM, the current device is compute capability 9.0, and the
 // problem's shape / type / block size suit it (pointers aside): worth preparing for.

@@ -505,17 +505,17 @@ int MidVariantFor(const MatMulInt4Problem& p, int requested, int rows = 64) {
   return p.m <= 32 || rows == 32 ? kMid16Warps : 3;
 }
 
-// staged_tokens: the staged kernel's cap on tokens per CTA (0: by M; PlanInt4Staged).
+// staged: the staged kernel's caps on tokens per CTA and cluster size (PlanInt4Staged).
 template <typename T, int MT>
 void LaunchMidVariant(int v, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
-                      const Int4Geom& g, PdlMode pdl, cudaStream_t stream, int staged_tokens = 0) {
+                      const Int4Geom& g, PdlMode pdl, cudaStream_t stream, Int4StagedLimits staged) {
   if (v >= kMidRingFirst && v < kMidRingFirst + kInt4RingVariants) {
     LaunchInt4Ring<T>(v - kMidRingFirst, MT, x, b, s, zp, bias, y, g, pdl, stream);
     return;
   }
   if (v >= kMidStagedFirst && v < kMidVariants) {
-    // its tiles follow M itself (grid.y covers the rest) up to staged_tokens, not MT
-    if (LaunchInt4Staged<T>(v - kMidStagedFirst, staged_tokens, x, b, s, zp, bias, y, g, pdl, stream) !=
+    // its tiles follow M itself (grid.y covers the rest) up to staged.max_tokens, not MT
+    if (LaunchInt4Staged<T>(v - kMidStagedFirst, staged, x, b, s, zp, bias, y, g, pdl, stream) !=
         cudaErrorNotSupported) {
       return;
     }
@@ -699,7 +699,7 @@ size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m,
 template <typename T>
 cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, int64_t tiled_min_m, Int4Workspace ws,
                              const Int4Sm90Prepared* sm90, int gemv_variant, PdlMode pdl, int mid_variant,
-                             int mid_rows) {
+                             int mid_rows, int staged_max_cluster) {
   if (p.m == 0) return cudaSuccess;
   Int4Path path = ChooseInt4Path<T>(p, tiled_min_m, sm90);
   // B in the shuffled order: only kernels that read it (never the portable ones below).
@@ -725,6 +725,7 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
     const T* s = static_cast<const T*>(p.scales);
     const T* bias = static_cast<const T*>(p.bias);
     T* y = static_cast<T*>(p.y);
+    const Int4StagedLimits staged{0, staged_max_cluster};  // tokens per CTA by M
     switch (path) {
       case Int4Path::kSmallM8:
         // A pinned mid variant also serves M = 5..8 (benchmarks); by default the ring kernel does on wide
@@ -734,7 +735,7 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
         if (p.m > 4) {
           const int v = MidVariantFor(p, mid_variant);
           if (mid_variant >= 0 || (gemv_variant < 0 && v != kMid16Warps)) {
-            LaunchMidVariant<T, 1>(v, x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+            LaunchMidVariant<T, 1>(v, x, p.b, s, p.zero_points, bias, y, g, pdl, stream, staged);
             break;
           }
         }
@@ -742,10 +743,12 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
                              stream);
         break;
       case Int4Path::kSmallM16:
-        LaunchMidVariant<T, 1>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+        LaunchMidVariant<T, 1>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream,
+                               staged);
         break;
       case Int4Path::kSmallM32:
-        LaunchMidVariant<T, 2>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+        LaunchMidVariant<T, 2>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream,
+                               staged);
         break;
       case Int4Path::kSmallM64: {
         const int rows = MidRowsFor(p, mid_variant, mid_rows);
@@ -755,14 +758,15 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
         // the default's 64): 4096 x 512 at M = 40 / 64: 6.6 / 6.6 vs 7.0 / 7.1 us, 14336 x 512: 13.2 / 13.4
         // vs 13.7 / 13.7. Not on the two-row layers (N = 1024), where 64 stays faster (8192 x 1024:
         // 15.8 vs 14.8 at M = 40): else the tokens follow M (0).
-        const bool staged = v >= kMidStagedFirst && v < kMidVariants;
+        const bool v_staged = v >= kMidStagedFirst && v < kMidVariants;
         const bool staged_rows32 =
-            staged && (mid_rows == 32 || (mid_rows == 0 && MidDefault(mid_variant) &&
+            v_staged && (mid_rows == 32 || (mid_rows == 0 && MidDefault(mid_variant) &&
                                           NarrowRuleFor(p) == NarrowRule::kKSplit));
         if (rows == 32 || staged_rows32) {
-          LaunchMidVariant<T, 2>(v, x, p.b, s, p.zero_points, bias, y, g, pdl, stream, staged_rows32 ? 32 : 0);
+          LaunchMidVariant<T, 2>(v, x, p.b, s, p.zero_points, bias, y, g, pdl, stream,
+                                 Int4StagedLimits{staged_rows32 ? 32 : 0, staged_max_cluster});
         } else {
-          LaunchMidVariant<T, 4>(v, x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+          LaunchMidVariant<T, 4>(v, x, p.b, s, p.zero_points, bias, y, g, pdl, stream, staged);
         }
         break;
       }
@@ -797,7 +801,7 @@ bool MatMulInt4Sm90Candidate(const MatMulInt4Problem& p) {
 
 #define PYQUANT_INSTANTIATE(T)                                                                                 \
   template cudaError_t LaunchMatMulInt4<T>(const MatMulInt4Problem&, cudaStream_t, int64_t, Int4Workspace,    \
-                                           const Int4Sm90Prepared*, int, PdlMode, int, int);                        \
+                                           const Int4Sm90Prepared*, int, PdlMode, int, int, int);                 \
   template size_t MatMulInt4WorkspaceBytes<T>(const MatMulInt4Problem&, int64_t, const Int4Sm90Prepared*);    \
   template cudaError_t LaunchMatMulInt4Ref<T>(const MatMulInt4Problem&, cudaStream_t);                        \
   template bool MatMulInt4Sm90Candidate<T>(const MatMulInt4Problem&);

@@ -23,16 +23,22 @@ struct Int4StagedPlan {
   bool tall = false;  // the 2 x 4 warp grid
   int ks = 1;         // CTAs per cluster splitting K (sm_90 only)
 };
-// max_tokens: 0 = the tokens per CTA follow M (8 / 16 / 32 / 64 for M <= 8 / 16 / 32 / 64); 8, 16 or 32 caps
-// them (grid.y then covers M in several rows): 32 at M = 33-64 on the K-split layers (N <= 512) by
-// default, and wherever PYQUANT_INT4_MID_ROWS=32 asks (LaunchMatMulInt4).
-Int4StagedPlan PlanInt4Staged(int shape, const cuda_detail::Int4Geom& g, int max_tokens = 0);
+// Caps on the plan (LaunchMatMulInt4's choices):
+//   max_tokens: 0 = the tokens per CTA follow M (8 / 16 / 32 / 64 for M <= 8 / 16 / 32 / 64); 8, 16 or 32
+//     caps them (grid.y then covers M in several rows): 32 at M = 33-64 on the K-split layers
+//     (N <= 512) by default, and wherever PYQUANT_INT4_MID_ROWS=32 asks;
+//   max_cluster: the largest cluster splitting K, 8 or 16 (PYQUANT_STAGED_MAX_CLUSTER; StagedClusterSplit).
+struct Int4StagedLimits {
+  int max_tokens = 0;
+  int max_cluster = 8;
+};
+Int4StagedPlan PlanInt4Staged(int shape, const cuda_detail::Int4Geom& g, Int4StagedLimits lim = {});
 
 // x [M, K] T, b [N, K / 2] row-major codes, scales [N, nb] T, zp [N, zp_row_bytes] or nullptr,
 // bias [N] T or nullptr, y [M, N] T; T = __half / __nv_bfloat16; 16-byte aligned x and b.
 // cudaErrorNotSupported (nothing launched) where PlanInt4Staged says !ok or B rows are padded.
 template <typename T>
-cudaError_t LaunchInt4Staged(int shape, int max_tokens, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias,
+cudaError_t LaunchInt4Staged(int shape, Int4StagedLimits lim, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias,
                              T* y, const cuda_detail::Int4Geom& g, PdlMode pdl, cudaStream_t stream);
 
 }  // namespace pyquant

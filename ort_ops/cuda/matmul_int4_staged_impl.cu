@@ -305,8 +305,9 @@ cudaError_t LaunchStaged(int ks, const T* x, const uint8_t* b, const T* s, const
   constexpr int kMinBlocks = S::kSmem <= 110 * 1024 && MT8 <= 4 ? 2 : 1;
   auto kernel = int4_staged_kernel<T, MT8, NT, WN, WK, kStages, kAsym, kMinBlocks>;
   // Over 48 KB of dynamic shared memory needs an opt-in, once per device and kernel instance.
-  static std::atomic<uint64_t> smem_set_on{0};
-  const cudaError_t e = AllowDynamicSmemOnce(kernel, S::kSmem, smem_set_on);
+  static std::atomic<uint64_t> smem_set_on{0}, large_clusters_on{0};
+  cudaError_t e = AllowDynamicSmemOnce(kernel, S::kSmem, smem_set_on);
+  if (e == cudaSuccess && ks > 8) e = AllowLargeClustersOnce(kernel, large_clusters_on);
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>((g.n + S::kRows - 1) / S::kRows * ks),
                   static_cast<unsigned>((g.m + S::kTokens - 1) / S::kTokens));
@@ -337,11 +338,11 @@ constexpr bool kSm90Build = true;
 constexpr bool kSm90Build = false;
 #endif
 
-Int4StagedPlan PlanInt4Staged(int shape, const Int4Geom& g, int max_tokens) {
+Int4StagedPlan PlanInt4Staged(int shape, const Int4Geom& g, Int4StagedLimits lim) {
   Int4StagedPlan plan;
   if (g.bs_log2 < 6) return plan;
   plan.mt8 = g.m <= 8 ? 1 : g.m <= 16 ? 2 : g.m <= 32 ? 4 : 8;
-  while (max_tokens >= 8 && 8 * plan.mt8 > max_tokens) plan.mt8 /= 2;
+  while (lim.max_tokens >= 8 && 8 * plan.mt8 > lim.max_tokens) plan.mt8 /= 2;
   const int nt = StagedNt(plan.mt8);
   int dev = 0;
   const bool sm90 = CurrentDeviceIsSm90(&dev);
@@ -359,21 +360,18 @@ Int4StagedPlan PlanInt4Staged(int shape, const Int4Geom& g, int max_tokens) {
   const int stage_k = 64 * (plan.tall ? 4 : 2);
   if (g.k % stage_k != 0) return plan;
   const int stages = g.k / stage_k;
-  // The K split: the smallest of 1, 2, 4, 8 that gives >= 1.5 CTAs per SM, each rank >= 2 stages.
-  plan.ks = 1;
-  // Only where sm_90 machine code was built (PYQUANT_WITH_SM90, as ClusterKSplitFor): a build without
-  // it runs on an H100 from JIT-compiled older PTX, whose kernel has no cluster sum.
-  if (sm90 && kSm90Build) {
-    while (plan.ks < 8 && ctas(plan.tall) * plan.ks * 2 < 3 * int64_t(sms) && stages / (2 * plan.ks) >= 2) plan.ks *= 2;
-  }
+  // The K split (StagedClusterSplit): >= 1.5 CTAs per SM, each rank >= 2 stages. Only where sm_90
+  // machine code was built (PYQUANT_WITH_SM90, as ClusterKSplitFor): a build without it runs on an
+  // H100 from JIT-compiled older PTX, whose kernel has no cluster sum.
+  plan.ks = sm90 && kSm90Build ? StagedClusterSplit(ctas(plan.tall), stages, sms, lim.max_cluster) : 1;
   plan.ok = true;
   return plan;
 }
 
 template <typename T>
-cudaError_t LaunchInt4Staged(int shape, int max_tokens, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
+cudaError_t LaunchInt4Staged(int shape, Int4StagedLimits lim, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
                              const T* bias, T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
-  const Int4StagedPlan plan = PlanInt4Staged(shape, g, max_tokens);
+  const Int4StagedPlan plan = PlanInt4Staged(shape, g, lim);
   if (!plan.ok || g.row_bytes != g.k / 2) return cudaErrorNotSupported;
   switch (plan.mt8) {
     case 1:
@@ -387,9 +385,9 @@ cudaError_t LaunchInt4Staged(int shape, int max_tokens, const T* x, const uint8_
   }
 }
 
-template cudaError_t LaunchInt4Staged<__half>(int, int, const __half*, const uint8_t*, const __half*, const uint8_t*,
+template cudaError_t LaunchInt4Staged<__half>(int, Int4StagedLimits, const __half*, const uint8_t*, const __half*, const uint8_t*,
                                               const __half*, __half*, const Int4Geom&, PdlMode, cudaStream_t);
-template cudaError_t LaunchInt4Staged<__nv_bfloat16>(int, int, const __nv_bfloat16*, const uint8_t*, const __nv_bfloat16*,
+template cudaError_t LaunchInt4Staged<__nv_bfloat16>(int, Int4StagedLimits, const __nv_bfloat16*, const uint8_t*, const __nv_bfloat16*,
                                                      const uint8_t*, const __nv_bfloat16*, __nv_bfloat16*,
                                                      const Int4Geom&, PdlMode, cudaStream_t);
 

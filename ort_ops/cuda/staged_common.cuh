@@ -92,5 +92,34 @@ cudaError_t AllowDynamicSmemOnce(Kernel kernel, int bytes, std::atomic<uint64_t>
   return e;
 }
 
+// Clusters of more than 8 CTAs (sm_90 allows 16 as a "non-portable" size) need an opt-in per
+// kernel: set once per device and kernel instance, as AllowDynamicSmemOnce.
+template <typename Kernel>
+cudaError_t AllowLargeClustersOnce(Kernel kernel, std::atomic<uint64_t>& done) {
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  const uint64_t dev_bit = dev < 64 ? uint64_t{1} << dev : 0;
+  if (dev_bit != 0 && (done.load(std::memory_order_acquire) & dev_bit) != 0) return cudaSuccess;
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (e == cudaSuccess) done.fetch_or(dev_bit, std::memory_order_acq_rel);
+  return e;
+}
+
+// The staged kernels' K split (both ops): the smallest power of two ks <= max_ks that gives
+// ctas * ks >= 1.5 CTAs per SM, each rank keeping >= 2 of the `stages` stages of K. max_ks = 8 by
+// default (the portable cluster size); 16 where asked (PYQUANT_STAGED_MAX_CLUSTER=16): at 64 tokens
+// per CTA a narrow layer's grid of ctas * 8 leaves SMs idle (14336 x 1024: 64 CTAs on 132 SMs,
+// bench/results/2026-11-25-h100-s21-staged-default.md).
+inline int StagedClusterSplit(int64_t ctas, int stages, int sms, int max_ks) {
+  int ks = 1;
+  while (ks < max_ks && ctas * ks * 2 < 3 * int64_t(sms) && stages / (2 * ks) >= 2) ks *= 2;
+  return ks;
+}
+
+// PYQUANT_STAGED_MAX_CLUSTER's values: 8 (default) or 16.
+constexpr int kStagedMaxClusterDefault = 8;
+constexpr int kStagedMaxClusterLarge = 16;
+
 }  // namespace cuda_detail
 }  // namespace pyquant

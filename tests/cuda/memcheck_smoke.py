@@ -147,6 +147,15 @@ def main() -> int:
             with knobs({"PYQUANT_FP8_GEMV": "staged", "PYQUANT_FP8_SM90_MIN_M": str(1 << 40)}):
                 n_checked += check_fp8(dtype, 2048, 136, 0, (1, 9, 17, 40, 64))
                 n_checked += check_fp8(dtype, 4096, 40, 128, (5, 33))
+            # clusters of 16 (PYQUANT_STAGED_MAX_CLUSTER=16): 8 wide CTAs x 16 at 64 tokens
+            with knobs(
+                {
+                    "PYQUANT_FP8_GEMV": "staged",
+                    "PYQUANT_STAGED_MAX_CLUSTER": "16",
+                    "PYQUANT_FP8_SM90_MIN_M": str(1 << 40),
+                }
+            ):
+                n_checked += check_fp8(dtype, 8192, 1000, 0, (40, 64))
         # the two-row INT4 variant 9 (M = 33..64), and the staged kernel in two grid rows of 32 tokens
         if dtype != "float32" and "mid" in only:
             with knobs({"PYQUANT_INT4_MID_ROWS": "32", "PYQUANT_INT4_SM90_MIN_M": "65"}):
@@ -159,6 +168,8 @@ def main() -> int:
                 }
             ):
                 n_checked += check_int4(dtype, 8192, 1000, 128, True, (40, 64))
+            with knobs({"PYQUANT_STAGED_MAX_CLUSTER": "16", "PYQUANT_INT4_MID_VARIANT": "12"}):
+                n_checked += check_int4(dtype, 8192, 1000, 128, False, (40, 64))
     print(f"memcheck_smoke: {n_checked} runs matched the reference")
     return 0
 

@@ -133,6 +133,24 @@ def test_fp8_staged(rng, dtype, block_size, x_scale, kn):
     _check_fp8(sess, rng, m_list, k, n, dtype, w8, ws, block_size, x_scale, bias_t)
 
 
+@pytest.mark.parametrize("gemv", [None, "staged"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("block_size", [0, 128])
+@pytest.mark.parametrize("kn", [(14336, 1000), (8192, 264), (4096, 40)])
+def test_fp8_staged_cluster16(rng, gemv, dtype, block_size, kn):
+    """PYQUANT_STAGED_MAX_CLUSTER=16: the staged kernel's K split in clusters of up to 16 CTAs
+    (sm_90's non-portable size), by default (narrow layers, M = 5..64) and pinned; on an H100
+    14336 x 1000 splits 16 ways at M = 33..64 (8 wide CTAs), 8 ways where fewer stages per rank
+    would remain. Other GPUs: no split, same checks."""
+    k, n = kn
+    model, w8, ws, bias_t = _fp8_case(rng, k, n, block_size, dtype, None, True)
+    env = {"PYQUANT_STAGED_MAX_CLUSTER": "16"}
+    if gemv:
+        env["PYQUANT_FP8_GEMV"] = gemv
+    sess = _fp8_session(model, min_m=65, env=env)
+    _check_fp8(sess, rng, [1, 5, 9, 17, 33, 40, 64], k, n, dtype, w8, ws, block_size, None, bias_t)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("x_scale", [None, 0.02])
 @pytest.mark.parametrize("with_bias", [False, True])

@@ -94,6 +94,22 @@ def test_int4_mid_staged_two_rows(rng, variant, dtype, kn):
     _check_int4(sess, rng, [32, 33, 40, 63, 64], k, n, 128, dtype, b, scales_t, zp, bias_t)
 
 
+@pytest.mark.parametrize("variant", [None, 12, 13])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("kn", [(14336, 1000), (8192, 264), (4096, 40)])
+def test_int4_mid_staged_cluster16(rng, variant, dtype, kn):
+    """PYQUANT_STAGED_MAX_CLUSTER=16: the staged kernel's K split in clusters of up to 16 CTAs
+    (sm_90's non-portable size), by default and pinned wide / tall; on an H100 14336 x 1000 splits
+    16 ways at 64 tokens per CTA. Asymmetric, partial token tiles (33, 40)."""
+    k, n = kn
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, 128, dtype, False, True)
+    env = {"PYQUANT_INT4_SM90_MIN_M": str(1 << 40), "PYQUANT_STAGED_MAX_CLUSTER": "16"}
+    if variant is not None:
+        env["PYQUANT_INT4_MID_VARIANT"] = str(variant)
+    sess = _session(model, env=env)
+    _check_int4(sess, rng, [5, 9, 17, 33, 40, 64], k, n, 128, dtype, b, scales_t, zp, bias_t)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_int4_mid_default_wide_short_rows(rng, dtype, symmetric):

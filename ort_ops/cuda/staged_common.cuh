@@ -65,7 +65,7 @@ __device__ __forceinline__ void StagedReduceStore(const float (&acc)[NT][MT8][4]
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();  // every rank's partial tile is complete
     // Rank r adds slice r of the tile over ranks 0 .. ks - 1, in rank order (reproducible).
-    const int e_begin = (kElems / ks) * rank, e_end = e_begin + kElems / ks;  // kElems % 8 == 0
+    const int e_begin = (kElems / ks) * rank, e_end = e_begin + kElems / ks;  // kElems % 128 == 0
     for (int e = e_begin + tid; e < e_end; e += kThreads) {
       const int at = (e / kRows) * kPartStride + e % kRows;
       float v = 0.0f;

@@ -227,13 +227,7 @@ __global__ void __launch_bounds__(32 * WN * WK, kMinBlocks)
   if constexpr (kBlock) {
     if (n_my > 0) load_scales(0, sc0);
   }
-#pragma unroll 1
-  for (int i = 0; i < n_my; i += 2) {
-    step(i, sc0, sc1);
-    if (i + 1 < n_my) step(i + 1, sc1, sc0);
-  }
-  CpAsyncWait<0>();
-  __syncthreads();  // every warp is done with the pipeline's shared memory
+  StagedMainLoop(n_my, sc0, sc1, step);  // staged_common.cuh
 
   // The k-warps' and the cluster ranks' partial tiles added, scales, bias, store (staged_common.cuh).
   StagedReduceStore<NT, MT8, WN, WK, S::kThreads>(acc, smem, ks, rank, [&](int tok, int row, float v) {

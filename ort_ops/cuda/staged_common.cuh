@@ -9,6 +9,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "cuda/matmul_int4_impl.cuh"  // CpAsyncWait
+
 namespace pyquant {
 namespace cuda_detail {
 
@@ -75,6 +77,20 @@ __device__ __forceinline__ void StagedReduceStore(const float (&acc)[NT][MT8][4]
     cluster.sync();  // no rank exits while another still reads its shared memory
 #endif
   }
+}
+
+// The staged kernels' main loop: step(i, cur, next) for the rank's stages i = 0 .. n_my - 1, with
+// two scale registers sets alternating (step i uses `cur` and preloads stage i + 1's into `next`),
+// then the pipeline drained. After it every warp is done with the pipeline's shared memory.
+template <typename Scales, typename Step>
+__device__ __forceinline__ void StagedMainLoop(int n_my, Scales& sc0, Scales& sc1, const Step& step) {
+#pragma unroll 1
+  for (int i = 0; i < n_my; i += 2) {
+    step(i, sc0, sc1);
+    if (i + 1 < n_my) step(i + 1, sc1, sc0);
+  }
+  CpAsyncWait<0>();
+  __syncthreads();
 }
 
 // Lets `kernel` take `bytes` of dynamic shared memory on the current device: the attribute is set

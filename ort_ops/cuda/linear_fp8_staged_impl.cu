@@ -288,8 +288,10 @@ cudaError_t LaunchShape(const Fp8StagedProblem& p, int ks, PdlMode pdl, cudaStre
   auto kernel = fp8_staged_kernel<T, MT8, kNt, WN, WK, kStages, kBlock, kMinBlocks>;
   // Over 48 KB of dynamic shared memory needs an opt-in, once per device and kernel instance.
   static std::atomic<uint64_t> smem_set_on{0}, large_clusters_on{0};
-  cudaError_t e = AllowDynamicSmemOnce(kernel, S::kSmem, smem_set_on);
-  if (e == cudaSuccess && ks > 8) e = AllowLargeClustersOnce(kernel, large_clusters_on);
+  cudaError_t e = SetFuncAttributeOnce(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem, smem_set_on);
+  if (e == cudaSuccess && ks > 8) {
+    e = SetFuncAttributeOnce(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1, large_clusters_on);
+  }
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>((p.n + S::kRows - 1) / S::kRows * ks),
                   static_cast<unsigned>((p.m + S::kTokens - 1) / S::kTokens));

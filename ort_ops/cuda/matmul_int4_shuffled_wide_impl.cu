@@ -43,6 +43,7 @@
 #include "cuda/device_info.h"
 #include "cuda/matmul_int4.h"
 #include "cuda/matmul_int4_shuffled_impl.cuh"
+#include "cuda/staged_common.cuh"  // SetFuncAttributeOnce
 #include "layout/int4_shuffled.h"
 
 namespace pyquant {
@@ -316,15 +317,8 @@ cudaError_t LaunchWide(const T* x, const uint8_t* b, const T* s, const uint8_t* 
   // Over 48 KB of dynamic shared memory needs an opt-in, once per device (and per instance: the
   // static belongs to this template instance).
   static std::atomic<uint64_t> smem_set_on{0};
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
+  const cudaError_t e = SetFuncAttributeOnce(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem, smem_set_on);
   if (e != cudaSuccess) return e;
-  const uint64_t dev_bit = dev < 64 ? uint64_t{1} << dev : 0;
-  if (dev_bit == 0 || (smem_set_on.load(std::memory_order_acquire) & dev_bit) == 0) {
-    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (e != cudaSuccess) return e;
-    smem_set_on.fetch_or(dev_bit, std::memory_order_acq_rel);
-  }
   const dim3 grid(static_cast<unsigned>(g.n / S::kRows * kS),
                   static_cast<unsigned>((g.m + S::kTokens - 1) / S::kTokens));
   return LaunchWithPdlCluster(kernel, grid, dim3(kWideThreads), kSmem, kS, stream, pdl.launch, x, b, s, zp, bias, y,

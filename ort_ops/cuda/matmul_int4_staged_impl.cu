@@ -300,8 +300,10 @@ cudaError_t LaunchStaged(int ks, const T* x, const uint8_t* b, const T* s, const
   auto kernel = int4_staged_kernel<T, MT8, NT, WN, WK, kStages, kAsym, kMinBlocks>;
   // Over 48 KB of dynamic shared memory needs an opt-in, once per device and kernel instance.
   static std::atomic<uint64_t> smem_set_on{0}, large_clusters_on{0};
-  cudaError_t e = AllowDynamicSmemOnce(kernel, S::kSmem, smem_set_on);
-  if (e == cudaSuccess && ks > 8) e = AllowLargeClustersOnce(kernel, large_clusters_on);
+  cudaError_t e = SetFuncAttributeOnce(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem, smem_set_on);
+  if (e == cudaSuccess && ks > 8) {
+    e = SetFuncAttributeOnce(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1, large_clusters_on);
+  }
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>((g.n + S::kRows - 1) / S::kRows * ks),
                   static_cast<unsigned>((g.m + S::kTokens - 1) / S::kTokens));

@@ -1,6 +1,7 @@
 // What the two staged mma kernels share (matmul_int4_staged_impl.cu, linear_fp8_staged_impl.cu):
-// the epilogue that adds the partial tiles of a CTA's k-warps and of its cluster's ranks, and the
-// one-time opt-in to more than 48 KB of dynamic shared memory.
+// the main loop's driver, the epilogue that adds the partial tiles of a CTA's k-warps and of its
+// cluster's ranks, the K split rule, and the one-time kernel attributes (large dynamic shared
+// memory, clusters of 16; the latter also used by matmul_int4_shuffled_wide_impl.cu).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -93,31 +94,19 @@ __device__ __forceinline__ void StagedMainLoop(int n_my, Scales& sc0, Scales& sc
   __syncthreads();
 }
 
-// Lets `kernel` take `bytes` of dynamic shared memory on the current device: the attribute is set
-// once per device and kernel instance (`done`: a function-local static of the instance's launcher,
-// one bit per device).
+// Sets a function attribute of `kernel` once per device and kernel instance (`done`: a
+// function-local static of the instance's launcher, one bit per device; devices >= 64 set it at
+// every call). Used for more than 48 KB of dynamic shared memory
+// (cudaFuncAttributeMaxDynamicSharedMemorySize) and for clusters of more than 8 CTAs, which
+// sm_90 allows as a "non-portable" size (cudaFuncAttributeNonPortableClusterSizeAllowed).
 template <typename Kernel>
-cudaError_t AllowDynamicSmemOnce(Kernel kernel, int bytes, std::atomic<uint64_t>& done) {
+cudaError_t SetFuncAttributeOnce(Kernel kernel, cudaFuncAttribute attr, int value, std::atomic<uint64_t>& done) {
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
   const uint64_t dev_bit = dev < 64 ? uint64_t{1} << dev : 0;
   if (dev_bit != 0 && (done.load(std::memory_order_acquire) & dev_bit) != 0) return cudaSuccess;
-  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (e == cudaSuccess) done.fetch_or(dev_bit, std::memory_order_acq_rel);
-  return e;
-}
-
-// Clusters of more than 8 CTAs (sm_90 allows 16 as a "non-portable" size) need an opt-in per
-// kernel: set once per device and kernel instance, as AllowDynamicSmemOnce.
-template <typename Kernel>
-cudaError_t AllowLargeClustersOnce(Kernel kernel, std::atomic<uint64_t>& done) {
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return e;
-  const uint64_t dev_bit = dev < 64 ? uint64_t{1} << dev : 0;
-  if (dev_bit != 0 && (done.load(std::memory_order_acquire) & dev_bit) != 0) return cudaSuccess;
-  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  e = cudaFuncSetAttribute(kernel, attr, value);
   if (e == cudaSuccess) done.fetch_or(dev_bit, std::memory_order_acq_rel);
   return e;
 }
@@ -132,10 +121,6 @@ inline int StagedClusterSplit(int64_t ctas, int stages, int sms, int max_ks) {
   while (ks < max_ks && ctas * ks * 2 < 3 * int64_t(sms) && stages / (2 * ks) >= 2) ks *= 2;
   return ks;
 }
-
-// PYQUANT_STAGED_MAX_CLUSTER's values: 8 (default) or 16.
-constexpr int kStagedMaxClusterDefault = 8;
-constexpr int kStagedMaxClusterLarge = 16;
 
 }  // namespace cuda_detail
 }  // namespace pyquant

@@ -20,6 +20,7 @@ from pathlib import Path
 
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(.+)_per_issue_active\.ratio$")
 TENSOR = re.compile(r"^sm__pipe_tensor_op_[hg]mma_cycles_active\.avg\.pct_of_peak_sustained_active$")
+PIPE = re.compile(r"^sm__inst_executed_pipe_([a-z0-9_]+)\.avg\.pct_of_peak_sustained_active$")
 POINT = re.compile(r"^(?P<method>.+)-(?P<k>\d+)x(?P<n>\d+)-m(?P<m>\d+)$")
 
 
@@ -73,6 +74,7 @@ def kernel_summary(row: dict) -> dict:
     stalls = {m.group(1): v for k, v in row.items() if (m := STALL.match(k)) and isinstance(v, float)}
     top = sorted(stalls.items(), key=lambda kv: -kv[1])[:3]
     tensor = next((v for k, v in row.items() if TENSOR.match(k) and isinstance(v, float)), None)
+    pipes = {m.group(1): v for k, v in row.items() if (m := PIPE.match(k)) and isinstance(v, float)}
     duration_ns = row.get("gpu__time_duration.sum")
     dram_bytes = row.get("dram__bytes_read.sum")
     return {
@@ -91,6 +93,8 @@ def kernel_summary(row: dict) -> dict:
         "tensor_pct": tensor,
         "stall_cycles_per_issue": sum(stalls.values()) if stalls else None,
         "top_stalls": [[k, v] for k, v in top],
+        # the three busiest pipes by instructions executed, % of peak (ncu_points.sh PIPES=1)
+        "top_pipes": [[k, v] for k, v in sorted(pipes.items(), key=lambda kv: -kv[1])[:3]],
     }
 
 
@@ -108,8 +112,8 @@ def markdown(points: list[dict], header: str = "") -> str:
         "issue one instruction per cycle). Stalls: cycles per issued instruction, the three largest reasons.",
         "",
         "| method | K x N | M | kernel | us | grid x block | regs | warps/sched | eligible | issue/cycle "
-        "| DRAM % | DRAM MB | tensor % | top stalls |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| DRAM % | DRAM MB | tensor % | top stalls | busiest pipes (% of peak) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in points:
         for kern in p["kernels"]:
@@ -129,6 +133,7 @@ def markdown(points: list[dict], header: str = "") -> str:
                 _fmt(kern["dram_mb"]),
                 _fmt(kern["tensor_pct"]),
                 stalls,
+                ", ".join(f"{k} {v:.0f}" for k, v in kern.get("top_pipes", [])),
             ]
             out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"

@@ -46,6 +46,9 @@ metrics+=",sm__warps_active.avg.per_cycle_active,smsp__warps_active.avg.per_cycl
 metrics+=",smsp__warps_eligible.avg.per_cycle_active,smsp__issue_active.avg.per_cycle_active,smsp__inst_executed.sum"
 metrics+=",regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
 tensor="regex:^sm__pipe_tensor_op_[hg]mma_cycles_active\.avg\.pct_of_peak_sustained_active$"
+# PIPES=1: also the instructions each pipe executed, in % of its peak (which pipe bounds a kernel
+# that is neither DRAM- nor tensor-bound: e.g. the e4m3 -> fp16 conversions of the FP8 mma kernels)
+[ "${PIPES:-0}" = 1 ] && tensor+=",regex:^sm__inst_executed_pipe_[a-z0-9_]+\.avg\.pct_of_peak_sustained_active$"
 echo "$points" | while read -r method shape m; do
   [ -z "$method" ] && continue
   out="$OUT/ncu-points/$method-$shape-m$m.csv"

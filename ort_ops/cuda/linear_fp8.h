@@ -33,7 +33,7 @@ constexpr int kFp8GemvStaged = 9;
 // Fp8Options::gemv value of "nostaged": "auto" without the staged kernel (the session-20 default).
 constexpr int kFp8GemvNoStaged = 10;
 // The M range in which "auto" runs the staged kernel on sm_90's narrow layers (Fp8StagedByDefault).
-constexpr int64_t kFp8StagedMinM = 5;
+constexpr int64_t kFp8StagedMinM = 3;
 constexpr int64_t kFp8StagedMaxM = 64;
 
 // Kernel choices of one node, fixed when the kernel is created (CudaFp8Options() reads the
@@ -86,7 +86,8 @@ struct Fp8Options {
   int mma_nt = 0;
   // PYQUANT_STAGED_MAX_CLUSTER (both ops; benchmarks): the largest cluster of the staged kernel's K
   // split, 8 (default, the portable size) or 16 (sm_90's non-portable size: twice the CTAs on narrow
-  // layers at 64 tokens per CTA). Not yet run on a GPU.
+  // layers at 64 tokens per CTA). Slower on an H100 (session 22: 14336 x 1024 at M = 64, 27.1 vs
+  // 21.7 us; bench/results/2026-11-25-h100-s22-c16-narrow-bench-cuda.md).
   int staged_max_cluster = 8;
   // Hopper GEMM knobs (sm90::Fp8GemmTuning, fp8_gemm_sm90.h):
   //   PYQUANT_FP8_SM90_TILE     auto, or a variant's name -> variant 0..16 (the names: the list in

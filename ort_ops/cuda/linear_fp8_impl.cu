@@ -296,6 +296,9 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __r
 //     g's. Each MMA starts from zero accumulators and is added to the fp32 sums right after, so
 //     the tensor core's reduced-precision accumulation spans one MMA (32 products): error
 //     <= ~2^-12 of sum |x w| of those products, far inside the limit of docs/ops.md.
+//     Native on sm_89 only: for sm_90a ptxas (CUDA 13.0) lowers each m16n8k32 e4m3 MMA to the
+//     same e4m3 -> fp16 conversions, two HMMA.16816 and FADDs (SASS, session 22), so on Hopper it
+//     saves nothing; FP8 tensor-core math there is wgmma's.
 //   C: c0, c1 = channel g, tokens 2t, 2t + 1; c2, c3 = channel g + 8, same tokens.
 // grid = ceil(N / 16), block = 32 * kWarps; warps split K (chunks warp, warp + kWarps, ...),
 // reduced through shared memory. xq [M, K] e4m3, s_x [M], w [N, K] e4m3, w_scale [N], bias [N] T
@@ -535,6 +538,9 @@ bool Fp8FastPath(const LinearFp8Problem& p) {
 // 8192 x 1024 at M = 8: 7.5 vs 9.4; 14336 x 512 at M = 16: 9.8 vs 10.7; 4096 x 512 at M = 64: 9.2
 // vs 9.4. Left out: 4096 x 1024 at M = 40-64 (11.6-11.9 vs the GEMM's 11.3-11.4), M <= 2 (the fused
 // GEMV: 4.2 vs 5.8 us on 4096 x 1024 at M = 1), square layers (4096^2 at M = 16: 15.0 vs 12.5).
+// From M = 3 (was 5) since session 22: at M = 3 / 4 it beat the mma kernel's split on all five
+// narrow layers (…-s22-c16-narrow-bench-cuda.md, staged / default: 14336 x 1024 10.3 vs 13.3 us,
+// 8192 x 1024 7.5 vs 9.2, 4096 x 1024 5.7 vs 6.6, 14336 x 512 8.0 vs 9.3, 4096 x 512 4.9 vs 5.1).
 template <typename T>
 bool Fp8StagedByDefault(const LinearFp8Problem& p, const Fp8Options& opt) {
   if (std::is_same<T, float>::value || opt.gemv != 0) return false;

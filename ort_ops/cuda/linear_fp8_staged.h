@@ -1,7 +1,7 @@
 // The staged mma kernel of LinearFp8 (linear_fp8_staged_impl.cu): quantized X and the e4m3 weights
 // through a cp.async pipeline in shared memory, the weights as mma.sync's A operand, K split over
 // sm_90 clusters; the FP8 analogue of matmul_int4_staged.h. The default on sm_90's narrow layers at
-// M = 5-64 (Fp8StagedByDefault, linear_fp8_impl.cu); PYQUANT_FP8_GEMV=staged pins it at every M <= 64.
+// M = 3-64 (Fp8StagedByDefault, linear_fp8_impl.cu); PYQUANT_FP8_GEMV=staged pins it at every M <= 64.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -10,7 +10,7 @@ of pyquant.reference with docs/ops.md's error limit:
   activation scales;
 * the small-M mma.sync kernel: M <= 8 (kLow8 variant) and 9..16 (PYQUANT_FP8_GEMV=mma pins it for
   M <= 4 too); the staged kernel (linear_fp8_staged_impl.cu), the default on sm_90's narrow layers
-  at M = 5..64 and pinned at every M <= 64 (PYQUANT_FP8_GEMV=staged);
+  at M = 3..64 and pinned at every M <= 64 (PYQUANT_FP8_GEMV=staged);
 * the Hopper CUTLASS FP8 GEMM (sm90/fp8_gemm_sm90.cu) for M > 16, per-channel scales, fp16 / bf16:
   M = 17, 64 (narrow tile), 65, 255, 256 (wide tile), 4097; N a multiple of 8 but not of 128;
   K = 16 * odd; static and dynamic activation scales; with and without bias; also forced down to
@@ -139,7 +139,7 @@ def test_fp8_staged(rng, dtype, block_size, x_scale, kn):
 @pytest.mark.parametrize("kn", [(14336, 1000), (8192, 264), (4096, 40)])
 def test_fp8_staged_cluster16(rng, gemv, dtype, block_size, kn):
     """PYQUANT_STAGED_MAX_CLUSTER=16: the staged kernel's K split in clusters of up to 16 CTAs
-    (sm_90's non-portable size), by default (narrow layers, M = 5..64) and pinned; on an H100
+    (sm_90's non-portable size), by default (narrow layers, M = 3..64) and pinned; on an H100
     14336 x 1000 splits 16 ways at M = 33..64 (8 wide CTAs), 8 ways where fewer stages per rank
     would remain. Other GPUs: no split, same checks."""
     k, n = kn
@@ -171,15 +171,16 @@ def test_fp8_sm90_shapes(rng, dtype, x_scale, with_bias, kn):
 @pytest.mark.parametrize("kn", [(4096, 200), (16400, 40), (8192, 1000), (4096, 1000), (1008, 264)])
 def test_fp8_default_narrow(rng, dtype, block_size, gemv, kn):
     """The default on narrow layers (the mma kernel's ceil(N / 8) CTAs leave SMs idle) on sm_90: the
-    fused GEMV at M <= 2, the mma.sync kernel with its cluster K split at M = 3, 4, the staged kernel
-    at M = 5..64 (4096 x 1000: to 32, then the Hopper GEMM; K = 1008, no whole number of its stages:
-    the mma kernel), the Hopper GEMM (per-channel) from 65. "nostaged": the session-20 default (the
-    mma kernel to 64, the GEMM from 33 on N = 1000); "mma": no split, the GEMM from M = 17 (the
-    choice before session 18). Other GPUs: the portable kernels, same checks."""
+    fused GEMV at M <= 2, the staged kernel at M = 3..64 (the mma.sync kernel with its cluster K
+    split at M = 3, 4 before session 22; 4096 x 1000: to 32, then the Hopper GEMM; K = 1008, no
+    whole number of its stages: the mma kernel), the Hopper GEMM (per-channel) from 65.
+    "nostaged": the session-20 default (the mma kernel to 64, the GEMM from 33 on N = 1000);
+    "mma": no split, the GEMM from M = 17 (the choice before session 18). Other GPUs: the
+    portable kernels, same checks."""
     k, n = kn
     model, w8, ws, bias_t = _fp8_case(rng, k, n, block_size, dtype, None, True)
     sess = _fp8_session(model, env={"PYQUANT_FP8_GEMV": gemv} if gemv else None)
-    m_list = [1, 2, 3, 5, 8, 16, 17, 32, 33, 48, 64, 65]
+    m_list = [1, 2, 3, 4, 5, 8, 16, 17, 32, 33, 48, 64, 65]
     _check_fp8(sess, rng, m_list, k, n, dtype, w8, ws, block_size, None, bias_t)
 
 

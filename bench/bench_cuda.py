@@ -35,7 +35,8 @@ Methods (fp16 activations):
                     column tiles per warp at M > 16; staged / staged65: the staged kernel
                     (linear_fp8_staged.h) below the Hopper GEMM / at every M <= 64; nostaged: the
                     default without it (the session-20 default); c16 / staged65c16: the staged
-                    kernel's K split in clusters of up to 16 (PYQUANT_STAGED_MAX_CLUSTER=16); see
+                    kernel's K split in clusters of up to 16 (PYQUANT_STAGED_MAX_CLUSTER=16); tall / wide:
+                    its CTA shape (PYQUANT_FP8_STAGED_SHAPE); see
                     ort_ops/cuda/linear_fp8.h) (not in the default list)
   pyquant_int4_<knob>  the Hopper GEMM's scheduler under PYQUANT_INT4_SM90_* (dp, sk, heur, split2/3/4/8,
                     nondet, sknondet, split2nondet, split4nondet, rm2, rn2; see
@@ -221,6 +222,10 @@ METHOD_ENV = {
         "PYQUANT_STAGED_MAX_CLUSTER": "16",
     },
     "pyquant_int4_c16": {"PYQUANT_STAGED_MAX_CLUSTER": "16"},
+    # the FP8 staged kernel's CTA shape pinned: tall (64 channels x 256 K per stage, twice the CTAs
+    # of wide) / wide (128 x 128), wherever it runs
+    "pyquant_fp8_tall": {"PYQUANT_FP8_STAGED_SHAPE": "tall"},
+    "pyquant_fp8_wide": {"PYQUANT_FP8_STAGED_SHAPE": "wide"},
     **{f"pyquant_fp8_fused{i}": {"PYQUANT_FP8_GEMV": "fused" if i == 0 else f"fused{i}"} for i in range(5)},
     **{f"pyquant_fp8_{t}": {"PYQUANT_FP8_SM90_TILE": t} for t in FP8_SM90_TILES},
     **{

@@ -35,6 +35,8 @@ constexpr int kFp8GemvNoStaged = 10;
 // The M range in which "auto" runs the staged kernel on sm_90's narrow layers (Fp8StagedByDefault).
 constexpr int64_t kFp8StagedMinM = 3;
 constexpr int64_t kFp8StagedMaxM = 64;
+// ... and from M = 2 on layers with K >= kFp8StagedLongK (in place of the fused GEMV).
+constexpr int64_t kFp8StagedLongK = 8192;
 
 // Kernel choices of one node, fixed when the kernel is created (CudaFp8Options() reads the
 // environment; tests and benchmarks set it around session creation). Defaults = production.
@@ -58,7 +60,8 @@ struct Fp8Options {
   int64_t sm90_min_m_narrow = kFp8Sm90MinMNarrow;
   // PYQUANT_FP8_GEMV: small-M kernel.
   //   0 "auto": the fused GEMV (linear_fp8_gemv.h) at M <= 2 where it fits; on sm_90's narrow
-  //     layers at kFp8StagedMinM <= M <= kFp8StagedMaxM the staged kernel where Fp8StagedByDefault
+  //     layers at kFp8StagedMinM (2 where K >= kFp8StagedLongK) <= M <= kFp8StagedMaxM the staged
+  //     kernel where Fp8StagedByDefault
   //     (linear_fp8_impl.cu) says, in place of the mma kernel and, at M > 32, of the Hopper GEMM;
   //     else "mmasplit".
   //   1 "mma": fp8_mma_kernel (activations in the MMA's m16 slot, W in n8) for M <= 16, no K split.
@@ -89,6 +92,9 @@ struct Fp8Options {
   // layers at 64 tokens per CTA). Slower on an H100 (session 22: 14336 x 1024 at M = 64, 27.1 vs
   // 21.7 us; bench/results/2026-11-25-h100-s22-c16-narrow-bench-cuda.md).
   int staged_max_cluster = 8;
+  // PYQUANT_FP8_STAGED_SHAPE (benchmarks): the staged kernel's CTA shape, 0 "auto"
+  // (PlanFp8Staged), 1 "wide" (128 channels x 128 K per stage), 2 "tall" (64 x 256: twice the CTAs).
+  int staged_shape = 0;
   // Hopper GEMM knobs (sm90::Fp8GemmTuning, fp8_gemm_sm90.h):
   //   PYQUANT_FP8_SM90_TILE     auto, or a variant's name -> variant 0..16 (the names: the list in
   //                             CudaFp8Options, linear_fp8_op.cc; fp8_gemm_sm90_variants.cu)

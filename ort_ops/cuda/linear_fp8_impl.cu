@@ -541,10 +541,15 @@ bool Fp8FastPath(const LinearFp8Problem& p) {
 // From M = 3 (was 5) since session 22: at M = 3 / 4 it beat the mma kernel's split on all five
 // narrow layers (…-s22-c16-narrow-bench-cuda.md, staged / default: 14336 x 1024 10.3 vs 13.3 us,
 // 8192 x 1024 7.5 vs 9.2, 4096 x 1024 5.7 vs 6.6, 14336 x 512 8.0 vs 9.3, 4096 x 512 4.9 vs 5.1).
+// From M = 2 where K >= kFp8StagedLongK, in place of the fused GEMV (…-s22-min3-narrow-bench-cuda.md,
+// M = 2, staged / fused: 14336 x 1024 10.3 vs 13.0, 14336 x 512 8.0 vs 10.7 (torch fp16 10.1),
+// 8192 x 1024 7.6 vs 8.1; at K = 4096 the GEMV is faster: 5.2 vs 5.7, 4.2 vs 4.9). M = 1 keeps the
+// GEMV (staged 10.3 / 7.9 / 7.5 vs 10.3 / 8.4 / 6.6 on the same three).
 template <typename T>
 bool Fp8StagedByDefault(const LinearFp8Problem& p, const Fp8Options& opt) {
   if (std::is_same<T, float>::value || opt.gemv != 0) return false;
-  if (p.m < kFp8StagedMinM || p.m > kFp8StagedMaxM || p.m >= opt.sm90_min_m_narrow) return false;
+  const int64_t min_m = p.k >= kFp8StagedLongK ? 2 : kFp8StagedMinM;
+  if (p.m < min_m || p.m > kFp8StagedMaxM || p.m >= opt.sm90_min_m_narrow) return false;
   if (p.m > 32 && p.k < 8192 && p.n > 512) return false;
   if (!Fp8FastPath(p) || !CurrentDeviceIsSm90()) return false;
   LinearFp8Problem one_row = p;
@@ -598,7 +603,7 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
     // GEMM was asked for at this M.
     const bool fused_knob = opt.gemv >= 3 && opt.gemv < kFp8GemvMmaSplit;  // "fused", "fused1".."fused4"
     const bool fused_allowed = ((opt.gemv == 0 || opt.gemv == kFp8GemvNoStaged) && p.m <= kFp8GemvAutoMaxM) || fused_knob;
-    if (!force_ref && fused_allowed && !sm90 && Fp8GemvFusedFits(p, sizeof(T))) {
+    if (!force_ref && fused_allowed && !sm90 && !staged_default && Fp8GemvFusedFits(p, sizeof(T))) {
       return LaunchFp8GemvFused<T>(p, fused_knob ? opt.gemv - 3 : Fp8GemvAutoVariant(p.m), pdl, stream);
     }
   }
@@ -651,6 +656,7 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
         sp.block_size = static_cast<int>(p.block_size);
         sp.n_scale_blocks = g.n_scale_blocks;
         sp.max_cluster = opt.staged_max_cluster;
+        sp.shape = opt.staged_shape;
         const cudaError_t e = LaunchFp8Staged<T>(sp, pdl, stream);
         if (e != cudaErrorNotSupported) return e != cudaSuccess ? e : cudaGetLastError();
       }

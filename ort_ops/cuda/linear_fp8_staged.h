@@ -27,6 +27,8 @@ struct Fp8StagedProblem {
   int n_scale_blocks = 1;
   // Largest cluster splitting K: 8 (portable) or 16 (Fp8Options::staged_max_cluster).
   int max_cluster = 8;
+  // CTA shape: 0 auto, 1 wide, 2 tall (Fp8Options::staged_shape).
+  int shape = 0;
 };
 
 // T = __half / __nv_bfloat16 (the output type). cudaErrorNotSupported, nothing launched, where the

@@ -266,7 +266,7 @@ Fp8StagedPlan PlanFp8Staged(const Fp8StagedProblem& p) {
   // As the INT4 kernel's auto shape (PlanInt4Staged): tall where the wide grid, split 8 ways,
   // leaves most SMs idle (at 64 tokens per CTA only where it is tiny: X re-reads).
   const int64_t tall_factor = plan.mt8 == 8 ? 32 : 8;
-  plan.tall = ctas(false) * tall_factor < sms;
+  plan.tall = p.shape == 2 || (p.shape == 0 && ctas(false) * tall_factor < sms);
   const int stage_k = 64 * (plan.tall ? 4 : 2);
   if (p.k % stage_k != 0) {
     plan.tall = !plan.tall;  // the other shape's stages may fit K

@@ -133,6 +133,22 @@ def test_fp8_staged(rng, dtype, block_size, x_scale, kn):
     _check_fp8(sess, rng, m_list, k, n, dtype, w8, ws, block_size, x_scale, bias_t)
 
 
+@pytest.mark.parametrize("shape", ["tall", "wide"])
+@pytest.mark.parametrize("block_size", [0, 128])
+@pytest.mark.parametrize("kn", [(14336, 1000), (4096, 520), (1024, 4096), (640, 40)])
+def test_fp8_staged_shape(rng, shape, block_size, kn):
+    """PYQUANT_FP8_STAGED_SHAPE=tall / wide: the staged kernel's CTA shape pinned (64 channels x
+    256 K per stage / 128 x 128) at every M it takes, by default on narrow layers and pinned
+    (PYQUANT_FP8_GEMV=staged) on the others; K = 640 is no whole number of tall stages: wide."""
+    k, n = kn
+    model, w8, ws, bias_t = _fp8_case(rng, k, n, block_size, "float16", None, True)
+    env = {"PYQUANT_FP8_STAGED_SHAPE": shape}
+    if n > 1024:
+        env["PYQUANT_FP8_GEMV"] = "staged"
+    sess = _fp8_session(model, min_m=65, env=env)
+    _check_fp8(sess, rng, [2, 3, 9, 17, 33, 64], k, n, "float16", w8, ws, block_size, None, bias_t)
+
+
 @pytest.mark.parametrize("gemv", [None, "staged"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("block_size", [0, 128])
@@ -171,12 +187,12 @@ def test_fp8_sm90_shapes(rng, dtype, x_scale, with_bias, kn):
 @pytest.mark.parametrize("kn", [(4096, 200), (16400, 40), (8192, 1000), (4096, 1000), (1008, 264)])
 def test_fp8_default_narrow(rng, dtype, block_size, gemv, kn):
     """The default on narrow layers (the mma kernel's ceil(N / 8) CTAs leave SMs idle) on sm_90: the
-    fused GEMV at M <= 2, the staged kernel at M = 3..64 (the mma.sync kernel with its cluster K
-    split at M = 3, 4 before session 22; 4096 x 1000: to 32, then the Hopper GEMM; K = 1008, no
-    whole number of its stages: the mma kernel), the Hopper GEMM (per-channel) from 65.
-    "nostaged": the session-20 default (the mma kernel to 64, the GEMM from 33 on N = 1000);
-    "mma": no split, the GEMM from M = 17 (the choice before session 18). Other GPUs: the
-    portable kernels, same checks."""
+    fused GEMV at M <= 2 (M = 1 where K >= 8192), the staged kernel at M = 3..64 (2..64 where
+    K >= 8192; the mma.sync kernel with its cluster K split at M = 3, 4 before session 22;
+    4096 x 1000: to 32, then the Hopper GEMM; K = 1008, no whole number of its stages: the mma
+    kernel), the Hopper GEMM (per-channel) from 65. "nostaged": the session-20 default (the mma
+    kernel to 64, the GEMM from 33 on N = 1000); "mma": no split, the GEMM from M = 17 (the choice
+    before session 18). Other GPUs: the portable kernels, same checks."""
     k, n = kn
     model, w8, ws, bias_t = _fp8_case(rng, k, n, block_size, dtype, None, True)
     sess = _fp8_session(model, env={"PYQUANT_FP8_GEMV": gemv} if gemv else None)

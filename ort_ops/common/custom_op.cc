@@ -45,8 +45,7 @@ CustomOp::CustomOp(OpDef def) : OrtCustomOp{}, def_(std::move(def)) {
   GetStartVersion = [](const OrtCustomOp*) { return 1; };
   GetEndVersion = [](const OrtCustomOp*) { return 1; };
 
-  CreateKernelV2 = [](const OrtCustomOp* op, const OrtApi*, const OrtKernelInfo* info,
-                      void** kernel) -> OrtStatusPtr {
+  CreateKernelV2 = [](const OrtCustomOp* op, const OrtApi*, const OrtKernelInfo* info, void** kernel) -> OrtStatusPtr {
     const OpDef& d = Self(op)->def();
     std::string node = NodeName(info);
     try {

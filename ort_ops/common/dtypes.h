@@ -69,7 +69,7 @@ inline Half FromFloat<Half>(float f) {
   const uint32_t u = FloatToBits(f);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t abs = u & 0x7FFFFFFFu;
-  if (abs > 0x7F800000u) return Half{static_cast<uint16_t>(sign | 0x7E00u)};  // nan
+  if (abs > 0x7F800000u) return Half{static_cast<uint16_t>(sign | 0x7E00u)};   // nan
   if (abs >= 0x477FF000u) return Half{static_cast<uint16_t>(sign | 0x7C00u)};  // >= 65520 rounds to inf
   if (abs < 0x38800000u) {
     // subnormal half (or zero): quantum 2^-24; nearbyint rounds half to even
@@ -105,7 +105,7 @@ inline uint8_t FloatToFp8E4M3Sat(float f) {
   if (abs > 0x7F800000u) return static_cast<uint8_t>(sign | 0x7F);
   const float a = BitsToFloat(abs);
   if (a >= kFp8E4M3Max) return static_cast<uint8_t>(sign | 0x7E);
-  if (a < 0.015625f) {  // below 2^-6: subnormal, quantum 2^-9
+  if (a < 0.015625f) {                                                     // below 2^-6: subnormal, quantum 2^-9
     const uint32_t m = static_cast<uint32_t>(std::nearbyint(a * 512.0f));  // 0..8 (8 = smallest normal)
     return static_cast<uint8_t>(sign | m);
   }

@@ -164,25 +164,24 @@ using MicroKernel2Fn = void (*)(const float*, int64_t, int, const float*, const 
 using DecodeInt4Fn = void (*)(const uint8_t* const*, const float*, const float*, int64_t, int64_t, float*);
 using DecodeFp8Fn = void (*)(const uint8_t* const*, const float*, const float*, int64_t, int64_t, float*);
 
-#define PYQUANT_DEFINE_KERNELS(SUFFIX, ATTR, MAX_R)                                                            \
-  ATTR void MicroKernel##SUFFIX(const float* a, int64_t lda, int rows, const float* bt, int64_t kc,           \
-                                float* acc) {                                                                  \
-    MicroKernelBody<MAX_R>(a, lda, rows, bt, kc, acc);                                                         \
-  }                                                                                                            \
-  ATTR void DecodeInt4##SUFFIX(const uint8_t* const* rows, const float* scale, const float* zp, int64_t bs,   \
-                               int64_t kc, float* bt) {                                                        \
-    DecodeInt4Body(rows, scale, zp, bs, kc, bt);                                                               \
-  }                                                                                                            \
-  ATTR void DecodeFp8##SUFFIX(const uint8_t* const* rows, const float* table, const float* scale, int64_t sb, \
-                              int64_t kc, float* bt) {                                                         \
-    DecodeFp8Body(rows, table, scale, sb, kc, bt);                                                             \
+#define PYQUANT_DEFINE_KERNELS(SUFFIX, ATTR, MAX_R)                                                               \
+  ATTR void MicroKernel##SUFFIX(const float* a, int64_t lda, int rows, const float* bt, int64_t kc, float* acc) { \
+    MicroKernelBody<MAX_R>(a, lda, rows, bt, kc, acc);                                                            \
+  }                                                                                                               \
+  ATTR void DecodeInt4##SUFFIX(const uint8_t* const* rows, const float* scale, const float* zp, int64_t bs,       \
+                               int64_t kc, float* bt) {                                                           \
+    DecodeInt4Body(rows, scale, zp, bs, kc, bt);                                                                  \
+  }                                                                                                               \
+  ATTR void DecodeFp8##SUFFIX(const uint8_t* const* rows, const float* table, const float* scale, int64_t sb,     \
+                              int64_t kc, float* bt) {                                                            \
+    DecodeFp8Body(rows, table, scale, sb, kc, bt);                                                                \
   }
 
-#define PYQUANT_DEFINE_KERNEL2_PAIR(SUFFIX, ATTR, MAX_R)                                                  \
-  ATTR void MicroKernel2##SUFFIX(const float* a, int64_t lda, int rows, const float* bt0, const float* bt1,   \
-                                 int64_t kc, float* acc0, float* acc1) {                                     \
-    MicroKernelBody<MAX_R>(a, lda, rows, bt0, kc, acc0);                                                     \
-    MicroKernelBody<MAX_R>(a, lda, rows, bt1, kc, acc1);                                                     \
+#define PYQUANT_DEFINE_KERNEL2_PAIR(SUFFIX, ATTR, MAX_R)                                                    \
+  ATTR void MicroKernel2##SUFFIX(const float* a, int64_t lda, int rows, const float* bt0, const float* bt1, \
+                                 int64_t kc, float* acc0, float* acc1) {                                    \
+    MicroKernelBody<MAX_R>(a, lda, rows, bt0, kc, acc0);                                                    \
+    MicroKernelBody<MAX_R>(a, lda, rows, bt1, kc, acc1);                                                    \
   }
 
 PYQUANT_DEFINE_KERNELS(Base, , 4)
@@ -191,8 +190,8 @@ PYQUANT_DEFINE_KERNEL2_PAIR(Base, , 4)
 PYQUANT_DEFINE_KERNELS(Avx2, PYQUANT_TARGET_AVX2, 4)
 PYQUANT_DEFINE_KERNELS(Avx512, PYQUANT_TARGET_AVX512, 8)
 PYQUANT_DEFINE_KERNEL2_PAIR(Avx2, PYQUANT_TARGET_AVX2, 4)  // 16 ymm: two single-panel passes
-PYQUANT_TARGET_AVX512 void MicroKernel2Avx512(const float* a, int64_t lda, int rows, const float* bt0,
-                                              const float* bt1, int64_t kc, float* acc0, float* acc1) {
+PYQUANT_TARGET_AVX512 void MicroKernel2Avx512(const float* a, int64_t lda, int rows, const float* bt0, const float* bt1,
+                                              int64_t kc, float* acc0, float* acc1) {
   MicroKernel2Body(a, lda, rows, bt0, bt1, kc, acc0, acc1);
 }
 #endif
@@ -252,13 +251,13 @@ void MicroKernel2(const float* a, int64_t lda, int rows, const float* bt0, const
   K().micro2(a, lda, rows, bt0, bt1, kc, acc0, acc1);
 }
 
-void DecodeInt4Panel(const uint8_t* const* rows, const float* scale, const float* zp, int64_t block_size,
-                     int64_t kc, float* bt) {
+void DecodeInt4Panel(const uint8_t* const* rows, const float* scale, const float* zp, int64_t block_size, int64_t kc,
+                     float* bt) {
   K().int4(rows, scale, zp, block_size, kc, bt);
 }
 
-void DecodeFp8Panel(const uint8_t* const* rows, const float* table, const float* scale, int64_t scale_block,
-                    int64_t kc, float* bt) {
+void DecodeFp8Panel(const uint8_t* const* rows, const float* table, const float* scale, int64_t scale_block, int64_t kc,
+                    float* bt) {
   K().fp8(rows, table, scale, scale_block, kc, bt);
 }
 

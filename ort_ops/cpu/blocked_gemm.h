@@ -17,9 +17,9 @@ namespace pyquant {
 enum class CpuIsaLevel { kBase, kAvx2, kAvx512 };
 CpuIsaLevel CpuIsa();
 
-constexpr int kNr = 16;             // output columns per panel (one AVX-512 or two AVX2 vectors)
-constexpr int kMr = 8;              // rows of A per micro-kernel call (AVX-512: 8 independent FMA chains)
-constexpr int64_t kKc = 256;        // K chunk; a multiple of every INT4 block size
+constexpr int kNr = 16;       // output columns per panel (one AVX-512 or two AVX2 vectors)
+constexpr int kMr = 8;        // rows of A per micro-kernel call (AVX-512: 8 independent FMA chains)
+constexpr int64_t kKc = 256;  // K chunk; a multiple of every INT4 block size
 constexpr int64_t kRowsPerTask = 256;
 
 // acc[kMr x kNr] (row stride kNr) += a[rows x kc] (row stride lda) * bt[kc x kNr].
@@ -37,11 +37,11 @@ void MicroKernel2(const float* a, int64_t lda, int rows, const float* bt0, const
 // INT4: bt[i][j] = (q_j[i] - zp[blk][j]) * scale[blk][j], blk = i / block_size, where q_j are
 // the packed codes starting at rows[j] (k0 / 2 bytes into the row, k0 a multiple of block_size).
 // kc need not be even: the odd tail decodes one padding code into row kc, which is < kKc then.
-void DecodeInt4Panel(const uint8_t* const* rows, const float* scale, const float* zp, int64_t block_size,
-                     int64_t kc, float* bt);
+void DecodeInt4Panel(const uint8_t* const* rows, const float* scale, const float* zp, int64_t block_size, int64_t kc,
+                     float* bt);
 // FP8: bt[i][j] = table[w_j[i]] * scale[i / scale_block][j]; scale_block >= kc means one scale row.
-void DecodeFp8Panel(const uint8_t* const* rows, const float* table, const float* scale, int64_t scale_block,
-                    int64_t kc, float* bt);
+void DecodeFp8Panel(const uint8_t* const* rows, const float* table, const float* scale, int64_t scale_block, int64_t kc,
+                    float* bt);
 
 }  // namespace pyquant
 

@@ -36,14 +36,14 @@ struct Int4GemvParams {
   // j < n_blocks * block_size / 2; zero where 2j (+1) >= K, so padding codes contribute exact 0.
   const float* xe = nullptr;
   const float* xo = nullptr;
-  int64_t x_stride = 0;  // floats between rows of xe / xo (>= n_blocks * block_size / 2)
-  int64_t m = 0;         // rows of X (processed in groups of a few rows that share each decode)
-  const uint8_t* b = nullptr;       // uint8 [N, n_blocks, block_size / 2], layout/int4_block.h
-  const void* scales = nullptr;     // scale_type [N, n_blocks]
+  int64_t x_stride = 0;          // floats between rows of xe / xo (>= n_blocks * block_size / 2)
+  int64_t m = 0;                 // rows of X (processed in groups of a few rows that share each decode)
+  const uint8_t* b = nullptr;    // uint8 [N, n_blocks, block_size / 2], layout/int4_block.h
+  const void* scales = nullptr;  // scale_type [N, n_blocks]
   ScaleType scale_type = ScaleType::kFloat32;
-  const uint8_t* zp = nullptr;      // uint8 [N, ceil(n_blocks / 2)] 4-bit zero points, or null (= 8)
+  const uint8_t* zp = nullptr;  // uint8 [N, ceil(n_blocks / 2)] 4-bit zero points, or null (= 8)
   int64_t n_blocks = 0;
-  int64_t block_size = 0;           // power of two, 16..256
+  int64_t block_size = 0;  // power of two, 16..256
 };
 
 // y[mi * ldy + (n - n0)] = sum_k x[mi, k] * W[n, k] for n in [n0, n1), mi < p.m (no bias).
@@ -55,12 +55,12 @@ struct Fp8GemvParams {
   // value), zero for K <= k < x_stride. The kernels decode a weight code to w / 256 (the e4m3 ->
   // fp16 bit trick, see gemv_avx512.cc), so each product xs * (w / 256) equals xq * w exactly.
   const float* xs = nullptr;
-  int64_t x_stride = 0;             // >= K rounded up to 16
+  int64_t x_stride = 0;  // >= K rounded up to 16
   int64_t m = 0;
   int64_t k = 0;
-  const uint8_t* w = nullptr;       // e4m3fn [N, K]
-  const float* w_scale = nullptr;   // float [N, n_scale_blocks] when block_size > 0 (else unused)
-  int64_t block_size = 0;           // 0: per channel (the caller scales), else a power of two >= 16
+  const uint8_t* w = nullptr;      // e4m3fn [N, K]
+  const float* w_scale = nullptr;  // float [N, n_scale_blocks] when block_size > 0 (else unused)
+  int64_t block_size = 0;          // 0: per channel (the caller scales), else a power of two >= 16
   int64_t n_scale_blocks = 1;
 };
 
@@ -72,7 +72,7 @@ void Fp8GemvRows(const Fp8GemvParams& p, int64_t n0, int64_t n1, float* y, int64
 // Rows of B / W per parallel task: enough tasks to balance the threads, large enough that the
 // ~1 us per-task overhead stays small. Multiple of 4 (the kernels' row tile).
 inline int64_t GemvRowsPerTask(int64_t n, int64_t row_bytes) {
-  int64_t r = (n + 31) / 32;                 // >= 32 tasks when N allows it
+  int64_t r = (n + 31) / 32;  // >= 32 tasks when N allows it
   const int64_t min_rows = row_bytes >= 1024 ? 4 : 16;
   if (r < min_rows) r = min_rows;
   if (r > 128) r = 128;

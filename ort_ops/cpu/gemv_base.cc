@@ -23,8 +23,8 @@ void Int4RowsScalar(const Int4GemvParams& p, int64_t n0, int64_t n1, float* y, i
       const float* xo = p.xo + m * p.x_stride;
       float acc = 0.0f;
       for (int64_t blk = 0; blk < p.n_blocks; ++blk) {
-        const float zp = static_cast<float>(p.zp ? Int4ZeroPointAt(p.zp + n * zp_row_bytes, blk)
-                                                 : kInt4SymmetricZeroPoint);
+        const float zp =
+            static_cast<float>(p.zp ? Int4ZeroPointAt(p.zp + n * zp_row_bytes, blk) : kInt4SymmetricZeroPoint);
         // Four partial sums: independent chains the compiler can keep in flight.
         float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         const int64_t j0 = blk * half;

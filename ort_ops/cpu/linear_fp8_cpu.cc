@@ -87,7 +87,8 @@ class LinearFp8Cpu final : public Kernel {
       gp.block_size = p.block_size;
       gp.n_scale_blocks = p.n_scale_blocks;
       RunGemvTasks(
-          ctx, m, n, k, [&](int64_t n0, int64_t n1, float* acc, int64_t ld_acc) { Fp8GemvRows(gp, n0, n1, acc, ld_acc); },
+          ctx, m, n, k,
+          [&](int64_t n0, int64_t n1, float* acc, int64_t ld_acc) { Fp8GemvRows(gp, n0, n1, acc, ld_acc); },
           [&](int64_t mi, int64_t j, float sum) {
             // Per-channel scale here (the kernel returns the raw sum); per-block ones are folded.
             const float s = p.block_size == 0 ? sum * p.w_scale[j] : sum;

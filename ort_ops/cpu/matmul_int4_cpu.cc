@@ -117,7 +117,9 @@ class MatMulInt4Cpu final : public Kernel {
     RunGemvTasks(
         ctx, m, n, Int4RowBytes(k, bs),
         [&](int64_t n0, int64_t n1, float* acc, int64_t ld_acc) { Int4GemvRows(gp, n0, n1, acc, ld_acc); },
-        [&](int64_t mi, int64_t j, float sum) { y[mi * n + j] = FromFloat<T>(sum + (bias ? ToFloat(bias[j]) : 0.0f)); });
+        [&](int64_t mi, int64_t j, float sum) {
+          y[mi * n + j] = FromFloat<T>(sum + (bias ? ToFloat(bias[j]) : 0.0f));
+        });
   }
 
   MatMulInt4Attrs attrs_;

@@ -107,7 +107,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
       float amax = 0.0f;
-      for (int i = threadIdx.x; i < vecs; i += kThreads) amax = VecAbsMax<T>(LoadCached16(x + int64_t(m) * k + 8 * i), amax);
+      for (int i = threadIdx.x; i < vecs; i += kThreads)
+        amax = VecAbsMax<T>(LoadCached16(x + int64_t(m) * k + 8 * i), amax);
       amax = WarpMax(amax);
       if (lane == 0) red_max[m][warp] = amax;
     }
@@ -191,8 +192,8 @@ void LaunchFused(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cudaStream
   if (p.m == 2) kernel = fp8_gemv_fused_kernel<T, 2, kR, kThreads, kBlock, kExact>;
   if (p.m == 3) kernel = fp8_gemv_fused_kernel<T, 3, kR, kThreads, kBlock, kExact>;
   // Launch errors are left for the caller's cudaGetLastError().
-  (void)LaunchWithPdl(kernel, grid, dim3(kThreads), stream, pdl.launch, x, st, p.x_scale, p.w, p.w_scale, bias, y, n,
-                      k, bs_log2, nsb, pdl.weights_early);
+  (void)LaunchWithPdl(kernel, grid, dim3(kThreads), stream, pdl.launch, x, st, p.x_scale, p.w, p.w_scale, bias, y, n, k,
+                      bs_log2, nsb, pdl.weights_early);
 }
 
 template <typename T, int kR, int kThreads, bool kExact = false>
@@ -216,20 +217,11 @@ template <typename T>
 cudaError_t LaunchFp8GemvFused(const LinearFp8Problem& p, int variant, PdlMode pdl, cudaStream_t stream) {
   const int bs_log2 = CeilLog2(p.block_size);  // 0 for per-channel scales (block_size 0)
   switch (variant) {
-    case 1:
-      LaunchFusedScales<T, 2, 128>(p, bs_log2, pdl, stream);
-      break;
-    case 2:
-      LaunchFusedScales<T, 8, 128>(p, bs_log2, pdl, stream);
-      break;
-    case 3:
-      LaunchFusedScales<T, 4, 256>(p, bs_log2, pdl, stream);
-      break;
-    case 4:
-      LaunchFusedScales<T, 4, 128, true>(p, bs_log2, pdl, stream);
-      break;
-    default:
-      LaunchFusedScales<T, 4, 128>(p, bs_log2, pdl, stream);
+    case 1: LaunchFusedScales<T, 2, 128>(p, bs_log2, pdl, stream); break;
+    case 2: LaunchFusedScales<T, 8, 128>(p, bs_log2, pdl, stream); break;
+    case 3: LaunchFusedScales<T, 4, 256>(p, bs_log2, pdl, stream); break;
+    case 4: LaunchFusedScales<T, 4, 128, true>(p, bs_log2, pdl, stream); break;
+    default: LaunchFusedScales<T, 4, 128>(p, bs_log2, pdl, stream);
   }
   return cudaGetLastError();
 }

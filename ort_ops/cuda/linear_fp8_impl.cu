@@ -75,12 +75,14 @@ using namespace cuda_detail;
 
 struct Fp8Geom {
   int m, n, k;
-  int n_chunks;      // ceil(K / 64)
-  int bs_log2;       // log2(block_size) when per-block scales, else unused
+  int n_chunks;  // ceil(K / 64)
+  int bs_log2;   // log2(block_size) when per-block scales, else unused
   int n_scale_blocks;
 };
 
-__device__ __forceinline__ uint32_t Word4(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+__device__ __forceinline__ uint32_t Word4(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
 
 // 16-byte activation load through L1, as LoadCached16, but volatile asm: volatile asm statements
 // keep their program order, so the activation loads of a chunk group are issued together with
@@ -108,12 +110,10 @@ __device__ __forceinline__ uint4 LoadActivation16(const void* p) {
 //   activation pieces: X is re-read ceil(N / (8 NT)) times from L2 instead of ceil(N / 8), which
 //   bounds the kernel at M > 16 on long rows (Fp8Options::mma_nt).
 template <typename T, int MT, int kWarps, bool kBlockScale, bool kLow8 = false, int kS = 1, int NT = 1>
-__global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __restrict__ xq,
-                                                              const float* __restrict__ s_x,
-                                                              const uint8_t* __restrict__ w,
-                                                              const float* __restrict__ w_scale,
-                                                              const T* __restrict__ bias, T* __restrict__ y,
-                                                              Fp8Geom g, bool weights_early) {
+__global__ void __launch_bounds__(32 * kWarps)
+    fp8_mma_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ s_x, const uint8_t* __restrict__ w,
+                   const float* __restrict__ w_scale, const T* __restrict__ bias, T* __restrict__ y, Fp8Geom g,
+                   bool weights_early) {
   constexpr int kWorkers = kWarps * kS;  // chunk workers of one channel tile
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gr = lane >> 2, t = lane & 3;
@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __r
   // threads per SM: N = 4096 is 512 CTAs, one wave on 132 SMs).
   // NT > 1: U = 1 (NT W loads per chunk already; the double buffer holds 2 (NT + 2 MT) of them).
   constexpr int U = NT > 1 ? 1 : MT == 1 ? 4 : 2;
-  constexpr int kH = kLow8 ? 1 : 2;   // activation row halves loaded (g, g + 8)
+  constexpr int kH = kLow8 ? 1 : 2;  // activation row halves loaded (g, g + 8)
   // Loads of one chunk group (U chunks of 64 k per warp, 16 bytes of W per thread each).
   // Unconditional loads from clamped addresses, masked afterwards (a load under a branch is its
   // own basic block). Rows / columns past M / N only feed outputs that are never stored, so they
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __r
 #pragma unroll
     for (int uu = 0; uu < U; ++uu) {
       float part[MT][NT][4];
-      float(&dst)[MT][NT][4] = kBlockScale ? part : acc;
+      float (&dst)[MT][NT][4] = kBlockScale ? part : acc;
       if (kBlockScale) {
 #pragma unroll
         for (int i = 0; i < MT; ++i)
@@ -181,8 +181,8 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __r
 #pragma unroll
           for (int i = 0; i < MT; ++i) {
             const uint32_t x0 = Word4(xv[uu][i][0], s), x1 = kLow8 ? 0u : Word4(xv[uu][i][kH - 1], s);
-            Mma16816<__half>(dst[i][j], Fp8x2ToHalf2(x0 & 0xFFFFu), Fp8x2ToHalf2(x1 & 0xFFFFu),
-                             Fp8x2ToHalf2(x0 >> 16), Fp8x2ToHalf2(x1 >> 16), b0, b1);
+            Mma16816<__half>(dst[i][j], Fp8x2ToHalf2(x0 & 0xFFFFu), Fp8x2ToHalf2(x1 & 0xFFFFu), Fp8x2ToHalf2(x0 >> 16),
+                             Fp8x2ToHalf2(x1 >> 16), b0, b1);
           }
         }
       }
@@ -261,8 +261,8 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __r
   __shared__ float red[kWarps][MT * 4][32];
   if constexpr (kS > 1 || NT > 1) {
     __shared__ float part[kS > 1 ? NT * MT * 4 * 32 : 1];
-    cuda_detail::ReduceMmaTiles<MT, NT, kWarps, kS>([&](int i, int j, int r) { return acc[i][j][r]; }, red, part,
-                                                    rank, emit);
+    cuda_detail::ReduceMmaTiles<MT, NT, kWarps, kS>([&](int i, int j, int r) { return acc[i][j][r]; }, red, part, rank,
+                                                    emit);
   } else {
     // (kept apart from ReduceMmaTiles: the same sums, but this form is the tested code of every
     // other configuration, and ReduceMmaTiles compiles MT = 2 slightly differently)
@@ -279,7 +279,6 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_mma_kernel(const uint8_t* __r
     }
   }
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // Swapped-operand small-M kernel (Fp8Options::gemv = 1 "swap", M <= 8, per-channel scales).
@@ -320,12 +319,9 @@ __device__ __forceinline__ void MmaE4m3(float (&c)[4], uint32_t a0, uint32_t a1,
 }  // namespace
 
 template <typename T, int kWarps, bool kFp8Mma>
-__global__ void __launch_bounds__(32 * kWarps) fp8_gemv_swap_kernel(const uint8_t* __restrict__ xq,
-                                                                    const float* __restrict__ s_x,
-                                                                    const uint8_t* __restrict__ w,
-                                                                    const float* __restrict__ w_scale,
-                                                                    const T* __restrict__ bias, T* __restrict__ y,
-                                                                    Fp8Geom g) {
+__global__ void __launch_bounds__(32 * kWarps)
+    fp8_gemv_swap_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ s_x, const uint8_t* __restrict__ w,
+                         const float* __restrict__ w_scale, const T* __restrict__ bias, T* __restrict__ y, Fp8Geom g) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gr = lane >> 2, t = lane & 3;
   const int n0 = blockIdx.x * 16;
@@ -391,7 +387,7 @@ __global__ void __launch_bounds__(32 * kWarps) fp8_gemv_swap_kernel(const uint8_
 #pragma unroll
     for (int ww = 0; ww < kWarps; ++ww) v += red[ww][r][lane];
     const int c = n0 + gr + (r >= 2 ? 8 : 0);  // channel
-    const int row = 2 * t + (r & 1);          // token
+    const int row = 2 * t + (r & 1);           // token
     if (row < g.m && c < g.n) {
       v *= w_scale[c];
       v *= s_x[row];
@@ -508,8 +504,8 @@ size_t LinearFp8WorkspaceBytesT(const LinearFp8Problem& p, const Fp8Options& opt
 #if PYQUANT_WITH_SM90
   int device = 0;
   if (Sm90Candidate<T>(p, opt, &device)) {
-    bytes += AlignUp(sm90::Fp8GemmWorkspaceBytes(Sm90Args(p, nullptr, nullptr, device, opt),
-                                                 std::is_same<T, __nv_bfloat16>::value));
+    bytes += AlignUp(
+        sm90::Fp8GemmWorkspaceBytes(Sm90Args(p, nullptr, nullptr, device, opt), std::is_same<T, __nv_bfloat16>::value));
   }
 #endif
   return bytes;
@@ -520,10 +516,11 @@ size_t LinearFp8WorkspaceBytes(const LinearFp8Problem& p) { return XqBytes(p) + 
 namespace {
 
 bool Fp8FastPath(const LinearFp8Problem& p) {
-  if (p.k % 16 != 0) return false;                          // 16-byte rows of W and xq
+  if (p.k % 16 != 0) return false;                           // 16-byte rows of W and xq
   if (p.block_size != 0 && p.block_size < 64) return false;  // a 64-wide chunk in one scale block
   if ((reinterpret_cast<uintptr_t>(p.w) & 15) != 0) return false;
-  if (p.m * p.k >= (int64_t{1} << 31) || p.n * p.k >= (int64_t{1} << 31) || p.m * p.n >= (int64_t{1} << 31)) return false;
+  if (p.m * p.k >= (int64_t{1} << 31) || p.n * p.k >= (int64_t{1} << 31) || p.m * p.n >= (int64_t{1} << 31))
+    return false;
   if ((p.m + 31) / 32 > 65535) return false;
   return true;
 }
@@ -571,8 +568,8 @@ void LaunchFp8Mma(const LinearFp8Problem& p, const uint8_t* xq, const float* s_x
     constexpr int kS = decltype(ks)::value;
     const dim3 cluster_grid(grid.x * kS, grid.y);
     (void)LaunchWithPdlCluster(fp8_mma_kernel<T, MT, 4, kBlock, kLow8, kS, NT>, cluster_grid, dim3(128), 0, kS, stream,
-                               pdl.launch, xq, s_x, p.w, p.w_scale, static_cast<const T*>(p.bias),
-                               static_cast<T*>(p.y), g, pdl.weights_early);
+                               pdl.launch, xq, s_x, p.w, p.w_scale, static_cast<const T*>(p.bias), static_cast<T*>(p.y),
+                               g, pdl.weights_early);
   };
   const int ks = k_split_fill > 0 && !std::is_same<T, float>::value ? Fp8MmaClusterSplit(p, MT, NT, k_split_fill) : 1;
   if constexpr (!std::is_same<T, float>::value) {
@@ -602,7 +599,8 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
     // Decode: quantization fused into the GEMV (no xq round trip, one launch), unless the Hopper
     // GEMM was asked for at this M.
     const bool fused_knob = opt.gemv >= 3 && opt.gemv < kFp8GemvMmaSplit;  // "fused", "fused1".."fused4"
-    const bool fused_allowed = ((opt.gemv == 0 || opt.gemv == kFp8GemvNoStaged) && p.m <= kFp8GemvAutoMaxM) || fused_knob;
+    const bool fused_allowed =
+        ((opt.gemv == 0 || opt.gemv == kFp8GemvNoStaged) && p.m <= kFp8GemvAutoMaxM) || fused_knob;
     if (!force_ref && fused_allowed && !sm90 && !staged_default && Fp8GemvFusedFits(p, sizeof(T))) {
       return LaunchFp8GemvFused<T>(p, fused_knob ? opt.gemv - 3 : Fp8GemvAutoVariant(p.m), pdl, stream);
     }
@@ -617,8 +615,7 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
     const size_t off = XqBytes(p) + SxBytes(p);
     // Supported + enough scratch (the op sized it with LinearFp8WorkspaceBytesT); else the
     // portable kernel below serves this call.
-    if (ws.bytes >= off && sm90::Fp8GemmSupported(a, bf16) &&
-        sm90::Fp8GemmWorkspaceBytes(a, bf16) <= ws.bytes - off) {
+    if (ws.bytes >= off && sm90::Fp8GemmSupported(a, bf16) && sm90::Fp8GemmWorkspaceBytes(a, bf16) <= ws.bytes - off) {
       // The quantizer is launched by the GEMM launcher right before the GEMM kernel (after its
       // workspace memset), so that the GEMM can follow it under PDL (sm90/launch_control.h).
       // The GEMM under PDL: up to M = kFp8GemmPdlEarlyMaxM the quantizer lets it start at once
@@ -711,10 +708,10 @@ cudaError_t LaunchLinearFp8Ref(const LinearFp8Problem& p, Fp8Workspace ws, cudaS
   return LaunchLinearFp8Impl<T>(p, ws, stream, true, opt, PdlMode{});
 }
 
-#define PYQUANT_INSTANTIATE(T)                                                                     \
-  template size_t LinearFp8WorkspaceBytesT<T>(const LinearFp8Problem&, const Fp8Options&);           \
-  template cudaError_t LaunchLinearFp8<T>(const LinearFp8Problem&, Fp8Workspace, cudaStream_t, const Fp8Options&,  \
-                                          PdlMode);                                                              \
+#define PYQUANT_INSTANTIATE(T)                                                                                    \
+  template size_t LinearFp8WorkspaceBytesT<T>(const LinearFp8Problem&, const Fp8Options&);                        \
+  template cudaError_t LaunchLinearFp8<T>(const LinearFp8Problem&, Fp8Workspace, cudaStream_t, const Fp8Options&, \
+                                          PdlMode);                                                               \
   template cudaError_t LaunchLinearFp8Ref<T>(const LinearFp8Problem&, Fp8Workspace, cudaStream_t);
 PYQUANT_INSTANTIATE(float)
 PYQUANT_INSTANTIATE(__half)

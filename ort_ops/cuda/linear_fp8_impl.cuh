@@ -85,6 +85,5 @@ __device__ __forceinline__ uint32_t Fp8x2ToHalf2(uint32_t v16) {
   return uint32_t(h.x) | (uint32_t(h.y) << 16);
 }
 
-
 }  // namespace fp8_detail
 }  // namespace pyquant

@@ -24,18 +24,17 @@ Fp8Options CudaFp8Options() {
   if (const char* v = EnvValue("PYQUANT_FP8_SM90_MIN_M")) {
     o.sm90_min_m = o.sm90_min_m_small = o.sm90_min_m_narrow = std::strtoll(v, nullptr, 10);
   }
-  o.gemv = EnvChoice("PYQUANT_FP8_GEMV",
-                     {"auto", "mma", "swap", "fused", "fused1", "fused2", "fused3", "fused4", "mmasplit", "staged",
-                      "nostaged"},
-                     0);
+  o.gemv = EnvChoice(
+      "PYQUANT_FP8_GEMV",
+      {"auto", "mma", "swap", "fused", "fused1", "fused2", "fused3", "fused4", "mmasplit", "staged", "nostaged"}, 0);
   o.k_split_fill = std::max(1, std::min(8, EnvInt("PYQUANT_FP8_KSPLIT_FILL", 1)));
   const int mma_nt = EnvInt("PYQUANT_FP8_MMA_NT", 0);  // "auto" (not a number) -> 0
   o.mma_nt = mma_nt == 1 || mma_nt == 2 || mma_nt == 4 ? mma_nt : 0;
   o.staged_max_cluster = CudaStagedMaxCluster();
   o.staged_shape = EnvChoice("PYQUANT_FP8_STAGED_SHAPE", {"auto", "wide", "tall"}, 0);
   o.sm90_variant = EnvChoice("PYQUANT_FP8_SM90_TILE",
-                             {"auto", "f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64", "n64", "f192",
-                              "f192c2", "c128", "o128", "o256", "o256c2", "op128", "o256s"},
+                             {"auto", "f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64", "n64", "f192", "f192c2",
+                              "c128", "o128", "o256", "o256c2", "op128", "o256s"},
                              0);
   o.sm90_promote = EnvInt("PYQUANT_FP8_SM90_PROMOTE", 0);
   o.gemm_pdl_late = EnvChoice("PYQUANT_FP8_GEMM_PDL", {"auto", "late", "upto512"}, 0) != 2;
@@ -65,12 +64,12 @@ class LinearFp8Cuda final : public Kernel {
     std::lock_guard<std::mutex> lock(mu_);
     // Scratch: quantized X and row scales, plus the Hopper GEMM's stream-K workspace when that
     // kernel serves this shape (sized here, outside any graph capture on the first run).
-    Fp8Workspace ws =
-        Scratch(force_ref_ ? LinearFp8WorkspaceBytes(p) : LinearFp8WorkspaceBytesT<T>(p, opt_), stream);
+    Fp8Workspace ws = Scratch(force_ref_ ? LinearFp8WorkspaceBytes(p) : LinearFp8WorkspaceBytesT<T>(p, opt_), stream);
     const PdlMode pdl = MakePdlMode(pdl_setting_, weights_constant_);
     ThrowOnCudaError(force_ref_ ? LaunchLinearFp8Ref<T>(p, ws, stream) : LaunchLinearFp8<T>(p, ws, stream, opt_, pdl),
                      "LinearFp8 kernel launch");
   }
+
  private:
   Fp8Workspace Scratch(size_t bytes, cudaStream_t stream) {
     Fp8Workspace ws;

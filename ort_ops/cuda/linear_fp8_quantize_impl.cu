@@ -68,8 +68,8 @@ __global__ void quantize_rows_fp8_kernel(const T* __restrict__ x, uint8_t* __res
 //   pass mostly from L2).
 template <typename T, int kGroup, int kNV>
 __global__ void __launch_bounds__(kGroup == 32 ? 256 : kGroup)
-    quantize_rows_vec_kernel(const T* __restrict__ x, uint8_t* __restrict__ xq, float* __restrict__ s_x, int m,
-                             int k, int static_scale, float x_scale, int late_trigger) {
+    quantize_rows_vec_kernel(const T* __restrict__ x, uint8_t* __restrict__ xq, float* __restrict__ s_x, int m, int k,
+                             int static_scale, float x_scale, int late_trigger) {
   constexpr int kE = Vec16<T>::kE;
   constexpr int kRowsPerCta = kGroup == 32 ? 256 / 32 : 1;
   const int lane = threadIdx.x % kGroup;
@@ -148,13 +148,12 @@ void LaunchFp8Quantize(const LinearFp8Problem& p, uint8_t* xq, float* s_x, bool 
   if (vec_ok && (p.m <= 16 || vecs > 32 * kWarpRowVecs)) {
     // One 512-thread CTA per row, up to 4 vectors per thread in registers (K <= 16384 for fp16).
     (void)LaunchWithPdl(quantize_rows_vec_kernel<T, 512, 4>, dim3(static_cast<unsigned>(p.m)), dim3(512), stream, pdl,
-                        x, xq, s_x, static_cast<int>(p.m), static_cast<int>(p.k), st, p.x_scale,
-                        late_trigger ? 1 : 0);
+                        x, xq, s_x, static_cast<int>(p.m), static_cast<int>(p.k), st, p.x_scale, late_trigger ? 1 : 0);
   } else if (vec_ok) {
     // A warp per row, up to 16 vectors per lane in registers (K <= 4096 for fp16, 2048 fp32).
     (void)LaunchWithPdl(quantize_rows_vec_kernel<T, 32, kWarpRowVecs>, dim3(static_cast<unsigned>((p.m + 7) / 8)),
-                        dim3(256), stream, pdl, x, xq, s_x, static_cast<int>(p.m), static_cast<int>(p.k), st,
-                        p.x_scale, late_trigger ? 1 : 0);
+                        dim3(256), stream, pdl, x, xq, s_x, static_cast<int>(p.m), static_cast<int>(p.k), st, p.x_scale,
+                        late_trigger ? 1 : 0);
   } else {
     (void)LaunchWithPdl(quantize_rows_fp8_kernel<T>, dim3(static_cast<unsigned>(p.m)), dim3(256), stream, pdl, x, xq,
                         s_x, p.k, st, p.x_scale);

@@ -90,8 +90,8 @@ __device__ __forceinline__ uint32_t Hi2(uint32_t w) { return Fp8x2ToHalf2(w >> 1
 template <typename T, int MT8, int NT, int WN, int WK, int kStages, bool kBlock, int kMinBlocks>
 __global__ void __launch_bounds__(32 * WN * WK, kMinBlocks)
     fp8_staged_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ s_x, const uint8_t* __restrict__ w,
-                      const float* __restrict__ w_scale, const T* __restrict__ bias, T* __restrict__ y, int m,
-                      int n, int k, int bs_log2, int n_scale_blocks, int ks, bool weights_early) {
+                      const float* __restrict__ w_scale, const T* __restrict__ bias, T* __restrict__ y, int m, int n,
+                      int k, int bs_log2, int n_scale_blocks, int ks, bool weights_early) {
   using S = Fp8StagedShape<MT8, NT, WN, WK, kStages>;
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -296,10 +296,9 @@ cudaError_t LaunchShape(const Fp8StagedProblem& p, int ks, PdlMode pdl, cudaStre
   const dim3 grid(static_cast<unsigned>((p.n + S::kRows - 1) / S::kRows * ks),
                   static_cast<unsigned>((p.m + S::kTokens - 1) / S::kTokens));
   const int bs_log2 = CeilLog2(p.block_size);  // 0 for per-channel scales (block_size 0)
-  return LaunchWithPdlCluster(kernel, grid, dim3(S::kThreads), S::kSmem, static_cast<unsigned>(ks), stream,
-                              pdl.launch, p.xq, p.s_x, p.w, p.w_scale, static_cast<const T*>(p.bias),
-                              static_cast<T*>(p.y), p.m, p.n, p.k, bs_log2, p.n_scale_blocks, ks,
-                              pdl.weights_early);
+  return LaunchWithPdlCluster(kernel, grid, dim3(S::kThreads), S::kSmem, static_cast<unsigned>(ks), stream, pdl.launch,
+                              p.xq, p.s_x, p.w, p.w_scale, static_cast<const T*>(p.bias), static_cast<T*>(p.y), p.m,
+                              p.n, p.k, bs_log2, p.n_scale_blocks, ks, pdl.weights_early);
 }
 
 template <typename T, int MT8>
@@ -323,14 +322,10 @@ cudaError_t LaunchFp8Staged(const Fp8StagedProblem& p, PdlMode pdl, cudaStream_t
   const bool aligned = (reinterpret_cast<uintptr_t>(p.xq) & 15) == 0 && (reinterpret_cast<uintptr_t>(p.w) & 15) == 0;
   if (!plan.ok || !aligned) return cudaErrorNotSupported;
   switch (plan.mt8) {
-    case 1:
-      return LaunchTokens<T, 1>(p, plan, pdl, stream);
-    case 2:
-      return LaunchTokens<T, 2>(p, plan, pdl, stream);
-    case 4:
-      return LaunchTokens<T, 4>(p, plan, pdl, stream);
-    default:
-      return LaunchTokens<T, 8>(p, plan, pdl, stream);
+    case 1: return LaunchTokens<T, 1>(p, plan, pdl, stream);
+    case 2: return LaunchTokens<T, 2>(p, plan, pdl, stream);
+    case 4: return LaunchTokens<T, 4>(p, plan, pdl, stream);
+    default: return LaunchTokens<T, 8>(p, plan, pdl, stream);
   }
 }
 

@@ -53,7 +53,6 @@ __device__ __forceinline__ GemvPiece LoadGemvPiece(const uint8_t* __restrict__ b
   return p;
 }
 
-
 // Per-T arithmetic of the GEMV.
 //   Decoder(piece).Word<kScaled>(v, w): one 32-bit word of codes (8 weights) -> 4 T pairs w[j]:
 //     q - zp (exact in T) or, kScaled, (q - zp) * s (rounded once to T);
@@ -122,8 +121,7 @@ struct GemvMath<__nv_bfloat16> {
   struct Decoder {
     uint32_t zb2, s2;
     Decoder() = default;
-    __device__ __forceinline__ explicit Decoder(const GemvPiece& p)
-        : zb2(ZeroBias2<__nv_bfloat16>(p.zp)), s2(p.s2) {}
+    __device__ __forceinline__ explicit Decoder(const GemvPiece& p) : zb2(ZeroBias2<__nv_bfloat16>(p.zp)), s2(p.s2) {}
     template <bool kScaled>
     __device__ __forceinline__ void Word(uint32_t v, __nv_bfloat162 (&w)[4]) const {
       uint32_t o[4];
@@ -142,7 +140,8 @@ struct GemvMath<__nv_bfloat16> {
 
 // The slow path of one piece of one row and token: scaled weights, two-product chains, X reloaded.
 template <typename T>
-__device__ __forceinline__ float SlowPiece(const typename GemvMath<T>::Decoder& dec, uint4 q, const T* __restrict__ xk) {
+__device__ __forceinline__ float SlowPiece(const typename GemvMath<T>::Decoder& dec, uint4 q,
+                                           const T* __restrict__ xk) {
   using T2 = typename GemvMath<T>::T2;
   float sum = 0.0f;
 #pragma unroll
@@ -282,28 +281,17 @@ template <typename T>
 void LaunchInt4GemvCc(int variant, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
                       const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   switch (variant) {
-    case 1:
-      LaunchCc<T, 2, 128>(x, b, s, zp, bias, y, g, pdl, stream);
-      break;
-    case 2:
-      LaunchCc<T, 8, 128>(x, b, s, zp, bias, y, g, pdl, stream);
-      break;
-    case 3:
-      LaunchCc<T, 4, 256>(x, b, s, zp, bias, y, g, pdl, stream);
-      break;
-    case 4:
-      LaunchCc<T, 4, 128, true>(x, b, s, zp, bias, y, g, pdl, stream);
-      break;
-    case 5:
-      LaunchCc<T, 8, 128, true>(x, b, s, zp, bias, y, g, pdl, stream);
-      break;
-    default:
-      LaunchCc<T, 4, 128>(x, b, s, zp, bias, y, g, pdl, stream);
+    case 1: LaunchCc<T, 2, 128>(x, b, s, zp, bias, y, g, pdl, stream); break;
+    case 2: LaunchCc<T, 8, 128>(x, b, s, zp, bias, y, g, pdl, stream); break;
+    case 3: LaunchCc<T, 4, 256>(x, b, s, zp, bias, y, g, pdl, stream); break;
+    case 4: LaunchCc<T, 4, 128, true>(x, b, s, zp, bias, y, g, pdl, stream); break;
+    case 5: LaunchCc<T, 8, 128, true>(x, b, s, zp, bias, y, g, pdl, stream); break;
+    default: LaunchCc<T, 4, 128>(x, b, s, zp, bias, y, g, pdl, stream);
   }
 }
 
-template void LaunchInt4GemvCc<__half>(int, const __half*, const uint8_t*, const __half*, const uint8_t*,
-                                       const __half*, __half*, const Int4Geom&, PdlMode, cudaStream_t);
+template void LaunchInt4GemvCc<__half>(int, const __half*, const uint8_t*, const __half*, const uint8_t*, const __half*,
+                                       __half*, const Int4Geom&, PdlMode, cudaStream_t);
 template void LaunchInt4GemvCc<__nv_bfloat16>(int, const __nv_bfloat16*, const uint8_t*, const __nv_bfloat16*,
                                               const uint8_t*, const __nv_bfloat16*, __nv_bfloat16*, const Int4Geom&,
                                               PdlMode, cudaStream_t);

@@ -60,8 +60,8 @@ using cuda_detail::StoreT;
 template <typename T>
 __global__ void matmul_int4_ref_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b,
                                        const T* __restrict__ scales, const uint8_t* __restrict__ zp,
-                                       const T* __restrict__ bias, T* __restrict__ y, int64_t m, int64_t n,
-                                       int64_t k, int64_t block_size) {
+                                       const T* __restrict__ bias, T* __restrict__ y, int64_t m, int64_t n, int64_t k,
+                                       int64_t block_size) {
   const int64_t col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   const int64_t row = blockIdx.y;
   if (col >= n || row >= m) return;
@@ -205,10 +205,10 @@ __device__ __forceinline__ int SwizzlePiece(int r, int c) { return c ^ (((c >> 3
 //   int4_split_finalize_kernel then adds the bias and rounds once to T. ws == nullptr: no split,
 //   the CTA stores Y itself.
 template <typename T>
-__global__ void __launch_bounds__(128) int4_tiled_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b,
-                                                        const T* __restrict__ scales, const uint8_t* __restrict__ zp,
-                                                        const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
-                                                        int chunks_per_split, float* __restrict__ ws) {
+__global__ void __launch_bounds__(128)
+    int4_tiled_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
+                      const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
+                      int chunks_per_split, float* __restrict__ ws) {
   __shared__ __align__(16) uint4 xs[2][kTileM * kPiecesPerRow];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gr = lane >> 2, t = lane & 3;
@@ -312,8 +312,8 @@ __global__ void __launch_bounds__(128) int4_tiled_kernel(const T* __restrict__ x
 
 // ws [M, N] fp32 split-K sums -> y [M, N] T (+ bias [N] T or nullptr), one rounding.
 template <typename T>
-__global__ void int4_split_finalize_kernel(const float* __restrict__ ws, const T* __restrict__ bias,
-                                           T* __restrict__ y, int64_t m, int64_t n) {
+__global__ void int4_split_finalize_kernel(const float* __restrict__ ws, const T* __restrict__ bias, T* __restrict__ y,
+                                           int64_t m, int64_t n) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= m * n) return;
   const float v = ws[i];
@@ -378,23 +378,12 @@ void LaunchGemvVariant(int v, const T* x, const uint8_t* b, const T* s, const ui
     return;
   }
   switch (v) {
-    case 1:
-      LaunchSmallM<T, 1, 4, 4, false, true, 1>(x, b, s, zp, bias, y, g, pdl, stream);
-      break;
-    case 2:
-      LaunchSmallM<T, 1, 2, 4, false, true, 1>(x, b, s, zp, bias, y, g, pdl, stream);
-      break;
-    case 3:
-      LaunchSmallM<T, 1, 8, 2, false, true, 1>(x, b, s, zp, bias, y, g, pdl, stream);
-      break;
-    case 4:
-      LaunchSmallM<T, 1, 1, 4, false, true, 1>(x, b, s, zp, bias, y, g, pdl, stream);
-      break;
-    case 5:
-      LaunchSmallM<T, 1, 2, 2, false, true, 8>(x, b, s, zp, bias, y, g, pdl, stream);
-      break;
-    default:
-      LaunchSmallM<T, 1, 4, 8, false, false, 1>(x, b, s, zp, bias, y, g, pdl, stream);
+    case 1: LaunchSmallM<T, 1, 4, 4, false, true, 1>(x, b, s, zp, bias, y, g, pdl, stream); break;
+    case 2: LaunchSmallM<T, 1, 2, 4, false, true, 1>(x, b, s, zp, bias, y, g, pdl, stream); break;
+    case 3: LaunchSmallM<T, 1, 8, 2, false, true, 1>(x, b, s, zp, bias, y, g, pdl, stream); break;
+    case 4: LaunchSmallM<T, 1, 1, 4, false, true, 1>(x, b, s, zp, bias, y, g, pdl, stream); break;
+    case 5: LaunchSmallM<T, 1, 2, 2, false, true, 8>(x, b, s, zp, bias, y, g, pdl, stream); break;
+    default: LaunchSmallM<T, 1, 4, 8, false, false, 1>(x, b, s, zp, bias, y, g, pdl, stream);
   }
 }
 
@@ -482,12 +471,9 @@ bool StagedByDefault(const MatMulInt4Problem& p, int requested) {
   if (g.row_bytes != g.k / 2 || !PlanInt4Staged(kInt4StagedAuto, g).ok) return false;
   const bool long_k = p.attrs.k >= 8192;
   switch (NarrowRuleFor(p)) {
-    case NarrowRule::kKSplit:
-      return long_k || p.m > 16;
-    case NarrowRule::kTwoRows:
-      return long_k || p.m <= 32;
-    default:
-      return long_k && p.m <= 8;
+    case NarrowRule::kKSplit: return long_k || p.m > 16;
+    case NarrowRule::kTwoRows: return long_k || p.m <= 32;
+    default: return long_k && p.m <= 8;
   }
 }
 
@@ -526,28 +512,15 @@ void LaunchMidVariant(int v, const T* x, const uint8_t* b, const T* s, const uin
   // 128-register cap).
   constexpr bool kBig = MT == 4;
   switch (v) {
-    case 1:
-      LaunchSmallM<T, MT, 4, (kBig ? 2 : 4), true, true, 1, 2>(x, b, s, zp, bias, y, g, pdl, stream);
-      break;
-    case 2:
-      LaunchSmallM<T, MT, 4, 2, true, !kBig, 1, 4>(x, b, s, zp, bias, y, g, pdl, stream);
-      break;
-    case 3:
-      LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4>(x, b, s, zp, bias, y, g, pdl, stream);
-      break;
+    case 1: LaunchSmallM<T, MT, 4, (kBig ? 2 : 4), true, true, 1, 2>(x, b, s, zp, bias, y, g, pdl, stream); break;
+    case 2: LaunchSmallM<T, MT, 4, 2, true, !kBig, 1, 4>(x, b, s, zp, bias, y, g, pdl, stream); break;
+    case 3: LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4>(x, b, s, zp, bias, y, g, pdl, stream); break;
     case kMidKSplit:
       switch (MidKSplitFor(g, MT)) {
-        case 8:
-          LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4, 8>(x, b, s, zp, bias, y, g, pdl, stream);
-          break;
-        case 4:
-          LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4, 4>(x, b, s, zp, bias, y, g, pdl, stream);
-          break;
-        case 2:
-          LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4, 2>(x, b, s, zp, bias, y, g, pdl, stream);
-          break;
-        default:
-          LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4>(x, b, s, zp, bias, y, g, pdl, stream);
+        case 8: LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4, 8>(x, b, s, zp, bias, y, g, pdl, stream); break;
+        case 4: LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4, 4>(x, b, s, zp, bias, y, g, pdl, stream); break;
+        case 2: LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4, 2>(x, b, s, zp, bias, y, g, pdl, stream); break;
+        default: LaunchSmallM<T, MT, 8, 1, true, !kBig, 1, 4>(x, b, s, zp, bias, y, g, pdl, stream);
       }
       break;
     case kMid16Warps:  // <= 128 registers per thread; MT 2 with prefetch spilled more
@@ -560,8 +533,7 @@ void LaunchMidVariant(int v, const T* x, const uint8_t* b, const T* s, const uin
         LaunchSmallM<T, MT, 4, 1, true, false, 1, 8>(x, b, s, zp, bias, y, g, pdl, stream);
       }
       break;
-    default:
-      LaunchSmallM<T, MT, 4, (kBig ? 4 : 8), true, false, 1>(x, b, s, zp, bias, y, g, pdl, stream);
+    default: LaunchSmallM<T, MT, 4, (kBig ? 4 : 8), true, false, 1>(x, b, s, zp, bias, y, g, pdl, stream);
   }
 }
 }  // namespace
@@ -577,8 +549,8 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
   const int threads = 128;
   dim3 grid(static_cast<unsigned>((p.attrs.n + threads - 1) / threads), static_cast<unsigned>(p.m));
   matmul_int4_ref_kernel<T><<<grid, threads, 0, stream>>>(
-      static_cast<const T*>(p.x), p.b, static_cast<const T*>(p.scales), p.zero_points,
-      static_cast<const T*>(p.bias), static_cast<T*>(p.y), p.m, p.attrs.n, p.attrs.k, p.attrs.block_size);
+      static_cast<const T*>(p.x), p.b, static_cast<const T*>(p.scales), p.zero_points, static_cast<const T*>(p.bias),
+      static_cast<T*>(p.y), p.m, p.attrs.n, p.attrs.k, p.attrs.block_size);
   return cudaGetLastError();
 }
 
@@ -640,7 +612,7 @@ Int4Path ChooseInt4Path(const MatMulInt4Problem& p, int64_t tiled_min_m, const I
   } else {
     const auto& a = p.attrs;
 #if PYQUANT_WITH_SM90
-    const int64_t sm90_min_m = sm90 == nullptr                              ? 0
+    const int64_t sm90_min_m = sm90 == nullptr                   ? 0
                                : a.n * a.k >= (int64_t{1} << 25) ? std::min(sm90->min_m, sm90->min_m_large)
                                                                  : sm90->min_m;
     const bool narrow_mid = sm90 != nullptr && sm90->narrow_rules && !sm90->b_in_place && p.m <= 64 &&
@@ -698,8 +670,8 @@ size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m,
 
 template <typename T>
 cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, int64_t tiled_min_m, Int4Workspace ws,
-                             const Int4Sm90Prepared* sm90, int gemv_variant, PdlMode pdl, int mid_variant,
-                             int mid_rows, int staged_max_cluster) {
+                             const Int4Sm90Prepared* sm90, int gemv_variant, PdlMode pdl, int mid_variant, int mid_rows,
+                             int staged_max_cluster) {
   if (p.m == 0) return cudaSuccess;
   Int4Path path = ChooseInt4Path<T>(p, tiled_min_m, sm90);
   // B in the shuffled order: only kernels that read it (never the portable ones below).
@@ -739,8 +711,7 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
             break;
           }
         }
-        LaunchGemvVariant<T>(GemvVariantFor(p, gemv_variant), x, p.b, s, p.zero_points, bias, y, g, pdl,
-                             stream);
+        LaunchGemvVariant<T>(GemvVariantFor(p, gemv_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
         break;
       case Int4Path::kSmallM16:
         LaunchMidVariant<T, 1>(MidVariantFor(p, mid_variant), x, p.b, s, p.zero_points, bias, y, g, pdl, stream,
@@ -760,8 +731,8 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
         // 15.8 vs 14.8 at M = 40): else the tokens follow M (0).
         const bool v_staged = v >= kMidStagedFirst && v < kMidVariants;
         const bool staged_rows32 =
-            v_staged && (mid_rows == 32 || (mid_rows == 0 && MidDefault(mid_variant) &&
-                                          NarrowRuleFor(p) == NarrowRule::kKSplit));
+            v_staged &&
+            (mid_rows == 32 || (mid_rows == 0 && MidDefault(mid_variant) && NarrowRuleFor(p) == NarrowRule::kKSplit));
         if (rows == 32 || staged_rows32) {
           LaunchMidVariant<T, 2>(v, x, p.b, s, p.zero_points, bias, y, g, pdl, stream,
                                  Int4StagedLimits{staged_rows32 ? 32 : 0, staged_max_cluster});
@@ -781,11 +752,13 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
           const cudaError_t e = cudaMemsetAsync(acc, 0, need, stream);
           if (e != cudaSuccess) return e;
         }
-        dim3 grid(static_cast<unsigned>((a.n + kTileN - 1) / kTileN), static_cast<unsigned>((p.m + kTileM - 1) / kTileM), z);
+        dim3 grid(static_cast<unsigned>((a.n + kTileN - 1) / kTileN),
+                  static_cast<unsigned>((p.m + kTileM - 1) / kTileM), z);
         int4_tiled_kernel<T><<<grid, 128, 0, stream>>>(x, p.b, s, p.zero_points, bias, y, g, cps, acc);
         if (use_split) {
           const int64_t total = p.m * a.n;
-          int4_split_finalize_kernel<T><<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(acc, bias, y, p.m, a.n);
+          int4_split_finalize_kernel<T>
+              <<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(acc, bias, y, p.m, a.n);
         }
       }
     }
@@ -798,12 +771,11 @@ bool MatMulInt4Sm90Candidate(const MatMulInt4Problem& p) {
   return Sm90ShapeOk<T>(p);
 }
 
-
-#define PYQUANT_INSTANTIATE(T)                                                                                 \
-  template cudaError_t LaunchMatMulInt4<T>(const MatMulInt4Problem&, cudaStream_t, int64_t, Int4Workspace,    \
-                                           const Int4Sm90Prepared*, int, PdlMode, int, int, int);                 \
-  template size_t MatMulInt4WorkspaceBytes<T>(const MatMulInt4Problem&, int64_t, const Int4Sm90Prepared*);    \
-  template cudaError_t LaunchMatMulInt4Ref<T>(const MatMulInt4Problem&, cudaStream_t);                        \
+#define PYQUANT_INSTANTIATE(T)                                                                             \
+  template cudaError_t LaunchMatMulInt4<T>(const MatMulInt4Problem&, cudaStream_t, int64_t, Int4Workspace, \
+                                           const Int4Sm90Prepared*, int, PdlMode, int, int, int);          \
+  template size_t MatMulInt4WorkspaceBytes<T>(const MatMulInt4Problem&, int64_t, const Int4Sm90Prepared*); \
+  template cudaError_t LaunchMatMulInt4Ref<T>(const MatMulInt4Problem&, cudaStream_t);                     \
   template bool MatMulInt4Sm90Candidate<T>(const MatMulInt4Problem&);
 PYQUANT_INSTANTIATE(float)
 PYQUANT_INSTANTIATE(__half)

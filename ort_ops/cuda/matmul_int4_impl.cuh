@@ -19,9 +19,13 @@ namespace cuda_detail {
 template <typename T>
 __device__ __forceinline__ float LoadF(const T* p, int64_t i);
 template <>
-__device__ __forceinline__ float LoadF<float>(const float* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float LoadF<float>(const float* p, int64_t i) {
+  return p[i];
+}
 template <>
-__device__ __forceinline__ float LoadF<__half>(const __half* p, int64_t i) { return __half2float(p[i]); }
+__device__ __forceinline__ float LoadF<__half>(const __half* p, int64_t i) {
+  return __half2float(p[i]);
+}
 template <>
 __device__ __forceinline__ float LoadF<__nv_bfloat16>(const __nv_bfloat16* p, int64_t i) {
   return __bfloat162float(p[i]);
@@ -30,11 +34,17 @@ __device__ __forceinline__ float LoadF<__nv_bfloat16>(const __nv_bfloat16* p, in
 template <typename T>
 __device__ __forceinline__ T StoreT(float v);
 template <>
-__device__ __forceinline__ float StoreT<float>(float v) { return v; }
+__device__ __forceinline__ float StoreT<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ __half StoreT<__half>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __half StoreT<__half>(float v) {
+  return __float2half_rn(v);
+}
 template <>
-__device__ __forceinline__ __nv_bfloat16 StoreT<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ __nv_bfloat16 StoreT<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 
 // 16-byte global load that bypasses L1 allocation: weights are streamed exactly once.
 __device__ __forceinline__ uint4 LoadStream16(const void* p) {
@@ -58,15 +68,14 @@ __device__ __forceinline__ void PrefetchL2(const void* p) { asm volatile("prefet
 // with g = lane / 4 and t = lane % 4; the lower 16 bits of each register hold the lower index.
 // ---------------------------------------------------------------------------------------------
 template <typename T>
-__device__ __forceinline__ void Mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1);
+__device__ __forceinline__ void Mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1);
 template <>
 __device__ __forceinline__ void Mma16816<__half>(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                                  uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 template <>
 __device__ __forceinline__ void Mma16816<__nv_bfloat16>(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -185,8 +194,10 @@ __device__ __forceinline__ float ShortChainSum(const T2 (&w)[4], const T2 (&xp)[
 __device__ __forceinline__ void MaskPairs(uint32_t (&out)[4], int kv) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    if (2 * j >= kv) out[j] = 0;
-    else if (2 * j + 1 >= kv) out[j] &= 0xFFFFu;
+    if (2 * j >= kv)
+      out[j] = 0;
+    else if (2 * j + 1 >= kv)
+      out[j] &= 0xFFFFu;
   }
 }
 
@@ -202,7 +213,7 @@ struct Int4Geom {
   int nb;         // n_blocks
   int row_bytes;  // bytes of one B row = nb * block_size / 2 (a multiple of 16)
   int zp_row_bytes;
-  int n_chunks;   // ceil(nb * block_size / 128): 128-wide K chunks of the padded row
+  int n_chunks;  // ceil(nb * block_size / 128): 128-wide K chunks of the padded row
 };
 
 // ceil(log2(v)) for v >= 1, 0 for v <= 1: the block-size shift of both ops' launchers (block sizes
@@ -436,7 +447,9 @@ __device__ __forceinline__ void Ldmatrix4(uint32_t (&r)[4], const void* smem) {
 }
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
-__device__ __forceinline__ void CpAsyncWait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
 
 // The prologue of a kStages-deep cp.async pipeline under programmatic dependent launch (pdl.h):
 // stages 0 .. kStages - 2 of this CTA's n_my go out, one commit group per stage. The weight copies
@@ -490,7 +503,6 @@ __device__ __forceinline__ void StorePair(T* __restrict__ y, const T* __restrict
   if (col < g.n) yr[col] = StoreT<T>(bias ? v0 + LoadF(bias, col) : v0);
   if (col + 1 < g.n) yr[col + 1] = StoreT<T>(bias ? v1 + LoadF(bias, col + 1) : v1);
 }
-
 
 }  // namespace cuda_detail
 

@@ -62,7 +62,7 @@ class MatMulInt4Cuda final : public Kernel {
     pdl_setting_ = CudaPdlSetting();
     sm90_.min_m = CudaInt4Sm90MinM();
     sm90_ = CudaInt4Sm90Knobs(sm90_);
-    sm90_.narrow_rules = mid_variant_ != kInt4MidNoKSplit;  // "nosplit": the GEMM from its own min M
+    sm90_.narrow_rules = mid_variant_ != kInt4MidNoKSplit;              // "nosplit": the GEMM from its own min M
     if (sm90_.min_m != kInt4Sm90MinM) sm90_.min_m_large = sm90_.min_m;  // an explicit setting wins
     sm90_.shuf.variant = EnvInt("PYQUANT_INT4_SHUF_VARIANT", -1);
     sm90_.shuf.wide_fill = EnvInt("PYQUANT_INT4_WIDE_FILL", kInt4ShuffledWideFill);
@@ -93,7 +93,7 @@ class MatMulInt4Cuda final : public Kernel {
     std::lock_guard<std::mutex> lock(mu_);
     if (in_place_b_ != nullptr && p.b != in_place_b_) {
       throw OpError("MatMulInt4: B was rewritten in the shuffled order at session creation, but this run " +
-                    std::string("binds another B buffer (set PYQUANT_INT4_SHUFFLE=0 for such sessions)"),
+                        std::string("binds another B buffer (set PYQUANT_INT4_SHUFFLE=0 for such sessions)"),
                     ORT_EP_FAIL);
     }
     const Int4Sm90Prepared* sm90 = in_place_b_ != nullptr ? InPlaceSm90(p) : PreparedSm90(p, stream);
@@ -107,8 +107,8 @@ class MatMulInt4Cuda final : public Kernel {
     // an earlier node may still be being written when this kernel starts.
     const bool weights_constant = b_constant_ && scales_constant_ && (p.zero_points == nullptr || zp_constant_);
     const PdlMode pdl = MakePdlMode(pdl_setting_, weights_constant);
-    ThrowOnCudaError(LaunchMatMulInt4<T>(p, stream, tiled_min_m_, ws, sm90, gemv_variant_, pdl, mid_variant_,
-                                         mid_rows_, staged_max_cluster_),
+    ThrowOnCudaError(LaunchMatMulInt4<T>(p, stream, tiled_min_m_, ws, sm90, gemv_variant_, pdl, mid_variant_, mid_rows_,
+                                         staged_max_cluster_),
                      "MatMulInt4 kernel launch");
   }
 
@@ -256,7 +256,7 @@ class MatMulInt4Cuda final : public Kernel {
   const void* prepared_for_scales_ = nullptr;
   const void* prepared_for_zp_ = nullptr;
   const void* prepared_for_b_ = nullptr;
-  const void* in_place_b_ = nullptr;    // B, rewritten in the shuffled order (ShuffleInPlace)
+  const void* in_place_b_ = nullptr;   // B, rewritten in the shuffled order (ShuffleInPlace)
   void* in_place_prepared_ = nullptr;  // its scales_t / zeros_t
   const void* in_place_scales_ = nullptr;
   const void* in_place_zp_ = nullptr;

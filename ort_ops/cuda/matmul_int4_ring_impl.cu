@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   };
   // Scale and zero-point constants of chunk i (scale 0 where the codes are zero-filled: weights
   // exactly 0, never 0 * garbage).
-  auto meta = [&](int i, uint32_t(&s2)[NT], uint32_t(&zb2)[NT]) {
+  auto meta = [&](int i, uint32_t (&s2)[NT], uint32_t (&zb2)[NT]) {
     const int blk = ((warp + i * kWarps) * 128 + 32 * t) >> g.bs_log2;
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
@@ -151,17 +151,10 @@ template <typename T, int MT>
 void LaunchRingMt(int variant, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
                   const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   switch (variant) {
-    case 1:
-      LaunchRing<T, MT, 4, 2, 8>(x, b, s, zp, bias, y, g, pdl, stream);
-      break;
-    case 2:
-      LaunchRing<T, MT, 8, 2, 4>(x, b, s, zp, bias, y, g, pdl, stream);
-      break;
-    case 3:
-      LaunchRing<T, MT, 4, 4, 5>(x, b, s, zp, bias, y, g, pdl, stream);
-      break;
-    default:
-      LaunchRing<T, MT, 4, 4, 4>(x, b, s, zp, bias, y, g, pdl, stream);
+    case 1: LaunchRing<T, MT, 4, 2, 8>(x, b, s, zp, bias, y, g, pdl, stream); break;
+    case 2: LaunchRing<T, MT, 8, 2, 4>(x, b, s, zp, bias, y, g, pdl, stream); break;
+    case 3: LaunchRing<T, MT, 4, 4, 5>(x, b, s, zp, bias, y, g, pdl, stream); break;
+    default: LaunchRing<T, MT, 4, 4, 4>(x, b, s, zp, bias, y, g, pdl, stream);
   }
 }
 

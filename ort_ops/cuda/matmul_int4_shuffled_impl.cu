@@ -73,7 +73,8 @@ __global__ void int4_shuffled_ref_kernel(const T* __restrict__ x, const uint8_t*
   float acc = 0.0f;
   for (int blk = 0; blk < g.nb; ++blk) {
     const float s = LoadF(scales, int64_t(col) * g.nb + blk);
-    const float z = zp ? float(Int4ZeroPointAt(zp + int64_t(col) * g.zp_row_bytes, blk)) : float(kInt4SymmetricZeroPoint);
+    const float z =
+        zp ? float(Int4ZeroPointAt(zp + int64_t(col) * g.zp_row_bytes, blk)) : float(kInt4SymmetricZeroPoint);
     const int k0 = blk * block_size, k1 = min(g.k, k0 + block_size);
     float part = 0.0f;
     for (int kk = k0; kk < k1; ++kk) part += LoadF(xr, kk) * (float(Int4ShuffledCodeAt(b, col, kk, g.n)) - z);
@@ -105,9 +106,9 @@ __device__ __forceinline__ uint32_t LoadStream4(const void* p) {
 // ---------------------------------------------------------------------------------------------
 template <typename T, int NT, int U>
 struct ShufGroup {
-  uint32_t q[U][NT];   // the lane's word of tile j at step u
-  float s[NT][2];      // scales of rows r0, r1 of tile j
-  int z[NT][2];        // zero points
+  uint32_t q[U][NT];  // the lane's word of tile j at step u
+  float s[NT][2];     // scales of rows r0, r1 of tile j
+  int z[NT][2];       // zero points
 };
 
 template <typename T, int NT, int U>
@@ -187,7 +188,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int k = (grp * U + u) * 16;
-      uint32_t(&xb)[MT8][2] = xs[kXAhead ? (u & 1) : 0];
+      uint32_t (&xb)[MT8][2] = xs[kXAhead ? (u & 1) : 0];
       if constexpr (kXAhead) {
         // the next step's fragments: this group's step u + 1, or the next group's first step
         if (u + 1 < U) {
@@ -480,8 +481,8 @@ void LaunchShufMma(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, 
 }
 
 template <typename T, int kP, int kTiles, int kThreads, int kU>
-void LaunchShufGemv(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
-                    const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
+void LaunchShufGemv(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y, const Int4Geom& g,
+                    PdlMode pdl, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(g.n / (16 * kTiles) * (8 / kP)));
   auto kernel = int4_shuffled_gemv_kernel<T, 1, kP, kTiles, kThreads, kU>;
   if (g.m == 2) kernel = int4_shuffled_gemv_kernel<T, 2, kP, kTiles, kThreads, kU>;
@@ -526,29 +527,14 @@ void LaunchShufMmaMt(int variant, int x_ahead_knob, const T* x, const uint8_t* b
   if (variant < 0) variant = g.n / 64 >= CurrentSmCount() ? 4 : 3;
   const bool x_ahead = x_ahead_knob < 0 ? Int4ShuffledXAheadByDefault(MT8) : x_ahead_knob != 0;
   switch (variant) {
-    case 1:
-      LaunchShufMma<T, MT8, 2, 8, 4>(x, b, s, zp, bias, y, g, pdl, stream);
-      break;
-    case 2:
-      LaunchShufMma<T, MT8, 1, (MT8 <= 4 ? 16 : 8), 4>(x, b, s, zp, bias, y, g, pdl, stream);
-      break;
-    case 3:
-      LaunchShufMmaNt4<T, MT8, 2>(x_ahead, x, b, s, zp, bias, y, g, pdl, stream);
-      break;
-    case 4:
-      LaunchShufMmaNt4<T, MT8, 1>(x_ahead, x, b, s, zp, bias, y, g, pdl, stream);
-      break;
-    case 5:
-      LaunchShufMma<T, MT8, kNt4, 8, 4, 4>(x, b, s, zp, bias, y, g, pdl, stream);
-      break;
-    case 6:
-      LaunchShufMma<T, MT8, 2, 8, 4, 2>(x, b, s, zp, bias, y, g, pdl, stream);
-      break;
-    case 7:
-      LaunchShufMma<T, MT8, 2, 4, 4, 4>(x, b, s, zp, bias, y, g, pdl, stream);
-      break;
-    default:
-      LaunchShufMma<T, MT8, 1, 8, 4>(x, b, s, zp, bias, y, g, pdl, stream);
+    case 1: LaunchShufMma<T, MT8, 2, 8, 4>(x, b, s, zp, bias, y, g, pdl, stream); break;
+    case 2: LaunchShufMma<T, MT8, 1, (MT8 <= 4 ? 16 : 8), 4>(x, b, s, zp, bias, y, g, pdl, stream); break;
+    case 3: LaunchShufMmaNt4<T, MT8, 2>(x_ahead, x, b, s, zp, bias, y, g, pdl, stream); break;
+    case 4: LaunchShufMmaNt4<T, MT8, 1>(x_ahead, x, b, s, zp, bias, y, g, pdl, stream); break;
+    case 5: LaunchShufMma<T, MT8, kNt4, 8, 4, 4>(x, b, s, zp, bias, y, g, pdl, stream); break;
+    case 6: LaunchShufMma<T, MT8, 2, 8, 4, 2>(x, b, s, zp, bias, y, g, pdl, stream); break;
+    case 7: LaunchShufMma<T, MT8, 2, 4, 4, 4>(x, b, s, zp, bias, y, g, pdl, stream); break;
+    default: LaunchShufMma<T, MT8, 1, 8, 4>(x, b, s, zp, bias, y, g, pdl, stream);
   }
 }
 
@@ -607,20 +593,11 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
         (variant_is_gemv || p.m <= kInt4ShuffledGemvDefaultMaxM)) {
       // (kP, kTiles, threads, kU) per variant: the comment above kInt4ShuffledGemvVariantBase.
       switch (variant < 0 ? Int4ShuffledGemvDefaultConfig(g.k) : variant - kInt4ShuffledGemvVariantBase) {
-        case 1:
-          LaunchShufGemv<T, 8, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
-          break;
-        case 2:
-          LaunchShufGemv<T, 2, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
-          break;
-        case 3:
-          LaunchShufGemv<T, 4, 2, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
-          break;
-        case 4:
-          LaunchShufGemv<T, 8, 2, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
-          break;
-        default:
-          LaunchShufGemv<T, 4, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+        case 1: LaunchShufGemv<T, 8, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
+        case 2: LaunchShufGemv<T, 2, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
+        case 3: LaunchShufGemv<T, 4, 2, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
+        case 4: LaunchShufGemv<T, 8, 2, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
+        default: LaunchShufGemv<T, 4, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
       }
     } else if (UseShufWide(variant, g.m) && AlignedTo(x, 16) && g.m <= 65535 * 64) {
       const int wide = variant >= kInt4ShuffledWideVariantBase ? variant - kInt4ShuffledWideVariantBase : 0;
@@ -645,14 +622,14 @@ cudaError_t LaunchMatMulInt4ShuffledRef(const MatMulInt4Problem& p, cudaStream_t
   const Int4Geom g = MakeInt4Geom(p.m, a);
   const dim3 grid(static_cast<unsigned>((g.n + 127) / 128), static_cast<unsigned>(p.m));
   int4_shuffled_ref_kernel<T><<<grid, 128, 0, stream>>>(static_cast<const T*>(p.x), p.b,
-                                                       static_cast<const T*>(p.scales), p.zero_points,
-                                                       static_cast<const T*>(p.bias), static_cast<T*>(p.y), g);
+                                                        static_cast<const T*>(p.scales), p.zero_points,
+                                                        static_cast<const T*>(p.bias), static_cast<T*>(p.y), g);
   return cudaGetLastError();
 }
 
-#define PYQUANT_INSTANTIATE(T)                                                                                 \
-  template cudaError_t LaunchMatMulInt4Shuffled<T>(const MatMulInt4Problem&, cudaStream_t, PdlMode,          \
-                                                    const Int4ShufKnobs&);                                 \
+#define PYQUANT_INSTANTIATE(T)                                                                      \
+  template cudaError_t LaunchMatMulInt4Shuffled<T>(const MatMulInt4Problem&, cudaStream_t, PdlMode, \
+                                                   const Int4ShufKnobs&);                           \
   template cudaError_t LaunchMatMulInt4ShuffledRef<T>(const MatMulInt4Problem&, cudaStream_t);
 PYQUANT_INSTANTIATE(float)
 PYQUANT_INSTANTIATE(__half)

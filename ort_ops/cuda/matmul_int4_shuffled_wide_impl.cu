@@ -59,14 +59,14 @@ constexpr int kWideSteps = kWideChunkK / 16;
 
 template <int NT, int MT8>
 struct WideSmem {
-  static constexpr int kRows = 128 * NT;                    // weight rows per CTA
-  static constexpr int kTokens = 8 * MT8;                   // tokens per CTA
-  static constexpr int kWBytes = kWideSteps * kRows * 8;    // 4 steps x 8 NT tiles x 128 bytes
-  static constexpr int kXBytes = kTokens * kWideChunkK * 2; // T is 2 bytes
-  static constexpr int kSBytes = kRows * 4;                 // the rows' scales (float)
-  static constexpr int kZBytes = kRows;                     // and zero points (one byte each)
+  static constexpr int kRows = 128 * NT;                     // weight rows per CTA
+  static constexpr int kTokens = 8 * MT8;                    // tokens per CTA
+  static constexpr int kWBytes = kWideSteps * kRows * 8;     // 4 steps x 8 NT tiles x 128 bytes
+  static constexpr int kXBytes = kTokens * kWideChunkK * 2;  // T is 2 bytes
+  static constexpr int kSBytes = kRows * 4;                  // the rows' scales (float)
+  static constexpr int kZBytes = kRows;                      // and zero points (one byte each)
   static constexpr int kStageBytes = kWBytes + kXBytes + kSBytes + kZBytes;
-  static constexpr int kPartStride = kRows + 4;             // fp32 words per token row (+4: banks)
+  static constexpr int kPartStride = kRows + 4;  // fp32 words per token row (+4: banks)
   static constexpr int kPartBytes = kTokens * kPartStride * 4;
 };
 
@@ -321,22 +321,18 @@ cudaError_t LaunchWide(const T* x, const uint8_t* b, const T* s, const uint8_t* 
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(g.n / S::kRows * kS),
                   static_cast<unsigned>((g.m + S::kTokens - 1) / S::kTokens));
-  return LaunchWithPdlCluster(kernel, grid, dim3(kWideThreads), kSmem, kS, stream, pdl.launch, x, b, s, zp, bias, y,
-                              g, pdl.weights_early);
+  return LaunchWithPdlCluster(kernel, grid, dim3(kWideThreads), kSmem, kS, stream, pdl.launch, x, b, s, zp, bias, y, g,
+                              pdl.weights_early);
 }
 
 template <typename T, int MT8, int NT>
 cudaError_t LaunchWideNt(int ks, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
                          const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   switch (ks) {
-    case 8:
-      return LaunchWide<T, MT8, NT, 8>(x, b, s, zp, bias, y, g, pdl, stream);
-    case 4:
-      return LaunchWide<T, MT8, NT, 4>(x, b, s, zp, bias, y, g, pdl, stream);
-    case 2:
-      return LaunchWide<T, MT8, NT, 2>(x, b, s, zp, bias, y, g, pdl, stream);
-    default:
-      return LaunchWide<T, MT8, NT, 1>(x, b, s, zp, bias, y, g, pdl, stream);
+    case 8: return LaunchWide<T, MT8, NT, 8>(x, b, s, zp, bias, y, g, pdl, stream);
+    case 4: return LaunchWide<T, MT8, NT, 4>(x, b, s, zp, bias, y, g, pdl, stream);
+    case 2: return LaunchWide<T, MT8, NT, 2>(x, b, s, zp, bias, y, g, pdl, stream);
+    default: return LaunchWide<T, MT8, NT, 1>(x, b, s, zp, bias, y, g, pdl, stream);
   }
 }
 
@@ -364,14 +360,10 @@ cudaError_t LaunchInt4ShufWide(int variant, int fill, const T* x, const uint8_t*
   int ks = 1;
   while (ks < 8 && row_blocks * ks * 100 < int64_t(sms) * std::max(fill, 1) && chunks / (2 * ks) >= 4) ks *= 2;
   switch (mt8) {
-    case 1:
-      return LaunchWideMt<T, 1>(nt, ks, x, b, s, zp, bias, y, g, pdl, stream);
-    case 2:
-      return LaunchWideMt<T, 2>(nt, ks, x, b, s, zp, bias, y, g, pdl, stream);
-    case 4:
-      return LaunchWideMt<T, 4>(nt, ks, x, b, s, zp, bias, y, g, pdl, stream);
-    default:
-      return LaunchWideMt<T, 8>(nt, ks, x, b, s, zp, bias, y, g, pdl, stream);
+    case 1: return LaunchWideMt<T, 1>(nt, ks, x, b, s, zp, bias, y, g, pdl, stream);
+    case 2: return LaunchWideMt<T, 2>(nt, ks, x, b, s, zp, bias, y, g, pdl, stream);
+    case 4: return LaunchWideMt<T, 4>(nt, ks, x, b, s, zp, bias, y, g, pdl, stream);
+    default: return LaunchWideMt<T, 8>(nt, ks, x, b, s, zp, bias, y, g, pdl, stream);
   }
 }
 

@@ -94,9 +94,9 @@ cudaError_t PrepareMatMulInt4Sm90(const MatMulInt4Problem& p, bool with_b_copy, 
   return cudaSuccess;
 }
 
-#define PYQUANT_INSTANTIATE(T)                                                                           \
+#define PYQUANT_INSTANTIATE(T)                                                                             \
   template size_t MatMulInt4Sm90PreparedBytes<T>(const MatMulInt4Problem&, const Int4Sm90Prepared&, bool); \
-  template cudaError_t PrepareMatMulInt4Sm90<T>(const MatMulInt4Problem&, bool, void*, cudaStream_t,     \
+  template cudaError_t PrepareMatMulInt4Sm90<T>(const MatMulInt4Problem&, bool, void*, cudaStream_t,       \
                                                 Int4Sm90Prepared*, bool*);
 PYQUANT_INSTANTIATE(float)
 PYQUANT_INSTANTIATE(__half)

@@ -38,7 +38,8 @@ Int4StagedPlan PlanInt4Staged(int shape, const cuda_detail::Int4Geom& g, Int4Sta
 // bias [N] T or nullptr, y [M, N] T; T = __half / __nv_bfloat16; 16-byte aligned x and b.
 // cudaErrorNotSupported (nothing launched) where PlanInt4Staged says !ok or B rows are padded.
 template <typename T>
-cudaError_t LaunchInt4Staged(int shape, Int4StagedLimits lim, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias,
-                             T* y, const cuda_detail::Int4Geom& g, PdlMode pdl, cudaStream_t stream);
+cudaError_t LaunchInt4Staged(int shape, Int4StagedLimits lim, const T* x, const uint8_t* b, const T* s,
+                             const uint8_t* zp, const T* bias, T* y, const cuda_detail::Int4Geom& g, PdlMode pdl,
+                             cudaStream_t stream);
 
 }  // namespace pyquant

@@ -68,9 +68,9 @@ template <int MT8, int NT, int WN, int WK, int kStages>
 struct StagedShape {
   static constexpr int kWarps = WN * WK;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kRows = 16 * NT * WN;      // weight rows (output columns) per CTA
-  static constexpr int kTokens = 8 * MT8;         // tokens per CTA
-  static constexpr int kStageK = 64 * WK;         // k per stage: one 64-wide unit per k-warp
+  static constexpr int kRows = 16 * NT * WN;       // weight rows (output columns) per CTA
+  static constexpr int kTokens = 8 * MT8;          // tokens per CTA
+  static constexpr int kStageK = 64 * WK;          // k per stage: one 64-wide unit per k-warp
   static constexpr int kRowChunks = kStageK / 32;  // 16-byte chunks of a weight row per stage
   static constexpr int kWBytes = kRows * kStageK / 2;
   static constexpr int kXRowBytes = kStageK * 2;
@@ -307,8 +307,8 @@ cudaError_t LaunchStaged(int ks, const T* x, const uint8_t* b, const T* s, const
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>((g.n + S::kRows - 1) / S::kRows * ks),
                   static_cast<unsigned>((g.m + S::kTokens - 1) / S::kTokens));
-  return LaunchWithPdlCluster(kernel, grid, dim3(S::kThreads), S::kSmem, static_cast<unsigned>(ks), stream,
-                              pdl.launch, x, b, s, zp, bias, y, g, ks, pdl.weights_early);
+  return LaunchWithPdlCluster(kernel, grid, dim3(S::kThreads), S::kSmem, static_cast<unsigned>(ks), stream, pdl.launch,
+                              x, b, s, zp, bias, y, g, ks, pdl.weights_early);
 }
 
 // The column tiles per warp at MT8 token tiles: 4 up to 16 tokens, else 2 (accumulators).
@@ -365,26 +365,24 @@ Int4StagedPlan PlanInt4Staged(int shape, const Int4Geom& g, Int4StagedLimits lim
 }
 
 template <typename T>
-cudaError_t LaunchInt4Staged(int shape, Int4StagedLimits lim, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
-                             const T* bias, T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
+cudaError_t LaunchInt4Staged(int shape, Int4StagedLimits lim, const T* x, const uint8_t* b, const T* s,
+                             const uint8_t* zp, const T* bias, T* y, const Int4Geom& g, PdlMode pdl,
+                             cudaStream_t stream) {
   const Int4StagedPlan plan = PlanInt4Staged(shape, g, lim);
   if (!plan.ok || g.row_bytes != g.k / 2) return cudaErrorNotSupported;
   switch (plan.mt8) {
-    case 1:
-      return LaunchStagedShape<T, 1>(plan, x, b, s, zp, bias, y, g, pdl, stream);
-    case 2:
-      return LaunchStagedShape<T, 2>(plan, x, b, s, zp, bias, y, g, pdl, stream);
-    case 4:
-      return LaunchStagedShape<T, 4>(plan, x, b, s, zp, bias, y, g, pdl, stream);
-    default:
-      return LaunchStagedShape<T, 8>(plan, x, b, s, zp, bias, y, g, pdl, stream);
+    case 1: return LaunchStagedShape<T, 1>(plan, x, b, s, zp, bias, y, g, pdl, stream);
+    case 2: return LaunchStagedShape<T, 2>(plan, x, b, s, zp, bias, y, g, pdl, stream);
+    case 4: return LaunchStagedShape<T, 4>(plan, x, b, s, zp, bias, y, g, pdl, stream);
+    default: return LaunchStagedShape<T, 8>(plan, x, b, s, zp, bias, y, g, pdl, stream);
   }
 }
 
-template cudaError_t LaunchInt4Staged<__half>(int, Int4StagedLimits, const __half*, const uint8_t*, const __half*, const uint8_t*,
-                                              const __half*, __half*, const Int4Geom&, PdlMode, cudaStream_t);
-template cudaError_t LaunchInt4Staged<__nv_bfloat16>(int, Int4StagedLimits, const __nv_bfloat16*, const uint8_t*, const __nv_bfloat16*,
-                                                     const uint8_t*, const __nv_bfloat16*, __nv_bfloat16*,
-                                                     const Int4Geom&, PdlMode, cudaStream_t);
+template cudaError_t LaunchInt4Staged<__half>(int, Int4StagedLimits, const __half*, const uint8_t*, const __half*,
+                                              const uint8_t*, const __half*, __half*, const Int4Geom&, PdlMode,
+                                              cudaStream_t);
+template cudaError_t LaunchInt4Staged<__nv_bfloat16>(int, Int4StagedLimits, const __nv_bfloat16*, const uint8_t*,
+                                                     const __nv_bfloat16*, const uint8_t*, const __nv_bfloat16*,
+                                                     __nv_bfloat16*, const Int4Geom&, PdlMode, cudaStream_t);
 
 }  // namespace pyquant

@@ -45,7 +45,7 @@
 
 namespace pyquant {
 
-constexpr int kInt4ShuffleTile = 16;       // rows and k per tile
+constexpr int kInt4ShuffleTile = 16;        // rows and k per tile
 constexpr int kInt4ShuffleTileBytes = 128;  // 256 codes
 constexpr int kInt4ShufflePieceBytes = 16;  // rows p, p + 8 over the tile's 16 k
 

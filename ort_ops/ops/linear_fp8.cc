@@ -9,7 +9,8 @@ LinearFp8Attrs ReadLinearFp8Attrs(const OrtKernelInfo* info) {
   LinearFp8Attrs a;
   int64_t bs = 0;
   if (TryGetIntAttr(info, "block_size", &bs)) a.block_size = bs;
-  if (a.block_size != 0 && (a.block_size < 16 || (a.block_size & (a.block_size - 1)) != 0 || a.block_size > (1 << 20))) {
+  if (a.block_size != 0 &&
+      (a.block_size < 16 || (a.block_size & (a.block_size - 1)) != 0 || a.block_size > (1 << 20))) {
     throw OpError("attribute 'block_size' must be 0 (per channel) or a power of two >= 16, got " +
                   std::to_string(a.block_size));
   }
@@ -89,15 +90,16 @@ LinearFp8Problem BindLinearFp8(OrtKernelContext* ctx, const LinearFp8Attrs& a, O
   const TensorView xs = GetInput(ctx, kF8XScale);
   const TensorView bias = GetInput(ctx, kF8Bias);
   if (!x.present() || !w.present() || !ws.present()) throw OpError("inputs X, W and w_scale are required");
-  if (x.type != t) throw OpError(std::string("input 'X' must be ") + ElementTypeName(t) + ", got " + ElementTypeName(x.type));
+  if (x.type != t)
+    throw OpError(std::string("input 'X' must be ") + ElementTypeName(t) + ", got " + ElementTypeName(x.type));
   CheckLinearFp8Weights(a, t, w, ws, xs, bias);
   if (x.shape.empty()) throw OpError("input 'X' must have rank >= 1, got a scalar");
   LinearFp8Problem p;
   p.n = w.shape[0];
   p.k = w.shape[1];
   if (x.shape.back() != p.k) {
-    throw OpError("input 'X' has last dim " + std::to_string(x.shape.back()) + " but W has K = " +
-                  std::to_string(p.k) + " (X shape " + x.ShapeString() + ", W shape " + w.ShapeString() + ")");
+    throw OpError("input 'X' has last dim " + std::to_string(x.shape.back()) + " but W has K = " + std::to_string(p.k) +
+                  " (X shape " + x.ShapeString() + ", W shape " + w.ShapeString() + ")");
   }
   p.m = x.numel() / p.k;
   p.block_size = a.block_size;

@@ -20,8 +20,8 @@ struct LinearFp8Attrs {
 
 struct LinearFp8Problem {
   int64_t m = 0, k = 0, n = 0;
-  int64_t block_size = 0;      // 0 = per channel
-  int64_t n_scale_blocks = 1;  // ceil(K / block_size), or 1
+  int64_t block_size = 0;          // 0 = per channel
+  int64_t n_scale_blocks = 1;      // ceil(K / block_size), or 1
   const void* x = nullptr;         // T [M, K]
   const uint8_t* w = nullptr;      // e4m3fn [N, K]
   const float* w_scale = nullptr;  // float [N, n_scale_blocks]

@@ -50,9 +50,8 @@ void CheckMatMulInt4Weights(const MatMulInt4Attrs& a, ONNXTensorElementDataType 
     CheckType(b, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8, "B");
     const std::vector<int64_t> want{a.n, nb, Int4BlockBytes(a.block_size)};
     if (b.shape != want) {
-      throw OpError("input 'B' must have shape " + ShapeToString(want) + " for K=" + std::to_string(a.k) +
-                    ", N=" + std::to_string(a.n) + ", block_size=" + std::to_string(a.block_size) + ", got " +
-                    b.ShapeString());
+      throw OpError("input 'B' must have shape " + ShapeToString(want) + " for K=" + std::to_string(a.k) + ", N=" +
+                    std::to_string(a.n) + ", block_size=" + std::to_string(a.block_size) + ", got " + b.ShapeString());
     }
   }
   if (scales.present()) {

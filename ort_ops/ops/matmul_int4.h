@@ -25,12 +25,12 @@ struct MatMulInt4Attrs {
 struct MatMulInt4Problem {
   int64_t m = 0;  // product of X's leading dims
   MatMulInt4Attrs attrs;
-  const void* x = nullptr;        // T [M, K]
-  const uint8_t* b = nullptr;     // uint8 [N, n_blocks, block_size/2]
-  const void* scales = nullptr;   // T [N, n_blocks]
+  const void* x = nullptr;               // T [M, K]
+  const uint8_t* b = nullptr;            // uint8 [N, n_blocks, block_size/2]
+  const void* scales = nullptr;          // T [N, n_blocks]
   const uint8_t* zero_points = nullptr;  // uint8 [N, ceil(n_blocks/2)] or nullptr (= 8)
-  const void* bias = nullptr;     // T [N] or nullptr
-  void* y = nullptr;              // T [M, N]
+  const void* bias = nullptr;            // T [N] or nullptr
+  void* y = nullptr;                     // T [M, N]
 };
 
 // Reads and checks the attributes (throws OpError naming the problem).

@@ -67,16 +67,16 @@ namespace sm90 {
 namespace {
 
 using namespace cute;
-using detail::Fp8Gemm;
 using detail::Cooperative;
+using detail::Fp8Gemm;
 using detail::NoCluster;
 using detail::Pingpong;
 
-using SmallTile = Shape<_64, _64, _128>;   // ping-pong
+using SmallTile = Shape<_64, _64, _128>;    // ping-pong
 using NarrowTile = Shape<_128, _64, _128>;  // cooperative
-using MidTile = Shape<_64, _128, _128>;    // ping-pong
-using WideTile = Shape<_128, _128, _128>;  // cooperative
-using TallTile = Shape<_128, _192, _128>;  // cooperative, kTallMinM <= M < kWideMinM
+using MidTile = Shape<_64, _128, _128>;     // ping-pong
+using WideTile = Shape<_128, _128, _128>;   // cooperative
+using TallTile = Shape<_128, _192, _128>;   // cooperative, kTallMinM <= M < kWideMinM
 constexpr int kTallMinM = 1536;
 using WideOverlapTile = Shape<_128, _256, _128>;  // cooperative, overlapped promotion in 4 parts, M >= kWideMinM
 constexpr int kWideMinM = 2048;
@@ -120,8 +120,8 @@ bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 }  // namespace
 
 bool Fp8GemmSupported(const Fp8GemmArgs& a, bool bf16) {
-  const bool ok = a.m > 0 && a.n > 0 && a.k > 0 && a.k % 16 == 0 && a.n % 8 == 0 && Aligned16(a.xq) &&
-                  Aligned16(a.w) && Aligned16(a.y) && a.s_x != nullptr && a.w_scale != nullptr;
+  const bool ok = a.m > 0 && a.n > 0 && a.k > 0 && a.k % 16 == 0 && a.n % 8 == 0 && Aligned16(a.xq) && Aligned16(a.w) &&
+                  Aligned16(a.y) && a.s_x != nullptr && a.w_scale != nullptr;
   return ok && (UseVariant(a, bf16) || WithType(bf16, a, [&](auto g) { return decltype(g)::CanImplement(a); }));
 }
 

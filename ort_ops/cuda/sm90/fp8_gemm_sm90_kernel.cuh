@@ -26,8 +26,8 @@
 #include <type_traits>
 
 #include "cuda/device_info.h"
-#include "cuda/sm90/fp8_gemm_sm90.h"
 #include "cuda/sm90/cutlass_gemm_common.h"
+#include "cuda/sm90/fp8_gemm_sm90.h"
 #include "cuda/sm90/fp8_overlapped_promotion.cuh"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -122,10 +122,7 @@ struct Fp8Gemm
     }
     // Tree arguments: {XScale, ScaledAcc {WScale, Acc, op}, Bias, op}.
     args.epilogue.thread = {
-        {a.s_x, 0.0f, {}},
-        {{a.w_scale, 0.0f, {}}, {}, {}},
-        {static_cast<const Element*>(a.bias), Element(0), {}},
-        {}};
+        {a.s_x, 0.0f, {}}, {{a.w_scale, 0.0f, {}}, {}, {}}, {static_cast<const Element*>(a.bias), Element(0), {}}, {}};
     // Scheduler: deterministic reduction by default; the rest are benchmark knobs (Fp8GemmTuning).
     ApplySchedulerTuning<ScheduleTraits<Schedule>>(args.scheduler, a.tune);
     return args;

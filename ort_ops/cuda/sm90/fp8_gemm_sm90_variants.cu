@@ -56,44 +56,26 @@ template <typename F>
 auto WithVariant(int variant, bool* found, F&& f) {
   *found = true;
   switch (variant) {
-    case 1:
-      return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Fast>{});
-    case 2:
-      return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_1, _1, _1>, Fast>{});
-    case 3:
-      return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_2, _1, _1>, Cooperative>{});
-    case 4:
-      return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_2, _1, _1>, Fast>{});
-    case 5:
-      return f(Fp8Gemm<H, Shape<_64, _128, _128>, Shape<_1, _1, _1>, Pingpong>{});
-    case 6:
-      return f(Fp8Gemm<H, Shape<_64, _128, _128>, Shape<_2, _1, _1>, Pingpong>{});
-    case 7:
-      return f(Fp8Gemm<H, Shape<_64, _64, _128>, Shape<_1, _1, _1>, Pingpong>{});
-    case 8:
-      return f(Fp8Gemm<H, Shape<_128, _64, _128>, Shape<_1, _1, _1>, Cooperative>{});
-    case 9:
-      return f(Fp8Gemm<H, Shape<_128, _192, _128>, Shape<_1, _1, _1>, Cooperative>{});
-    case 10:
-      return f(Fp8Gemm<H, Shape<_128, _192, _128>, Shape<_2, _1, _1>, Cooperative>{});
-    case 11:
-      return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Cooperative>{});
-    case 12:
-      return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Cooperative, 1>{});
-    case 13:
-      return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_1, _1, _1>, Cooperative, 4>{});
-    case 14:
-      return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_2, _1, _1>, Cooperative, 4>{});
-    case 15:
-      return f(Fp8Gemm<H, Shape<_64, _128, _128>, Shape<_1, _1, _1>, Pingpong, 1>{});
-    case 16:
-      return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_1, _1, _1>, Cooperative, 4, true>{});
+    case 1: return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Fast>{});
+    case 2: return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_1, _1, _1>, Fast>{});
+    case 3: return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_2, _1, _1>, Cooperative>{});
+    case 4: return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_2, _1, _1>, Fast>{});
+    case 5: return f(Fp8Gemm<H, Shape<_64, _128, _128>, Shape<_1, _1, _1>, Pingpong>{});
+    case 6: return f(Fp8Gemm<H, Shape<_64, _128, _128>, Shape<_2, _1, _1>, Pingpong>{});
+    case 7: return f(Fp8Gemm<H, Shape<_64, _64, _128>, Shape<_1, _1, _1>, Pingpong>{});
+    case 8: return f(Fp8Gemm<H, Shape<_128, _64, _128>, Shape<_1, _1, _1>, Cooperative>{});
+    case 9: return f(Fp8Gemm<H, Shape<_128, _192, _128>, Shape<_1, _1, _1>, Cooperative>{});
+    case 10: return f(Fp8Gemm<H, Shape<_128, _192, _128>, Shape<_2, _1, _1>, Cooperative>{});
+    case 11: return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Cooperative>{});
+    case 12: return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Cooperative, 1>{});
+    case 13: return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_1, _1, _1>, Cooperative, 4>{});
+    case 14: return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_2, _1, _1>, Cooperative, 4>{});
+    case 15: return f(Fp8Gemm<H, Shape<_64, _128, _128>, Shape<_1, _1, _1>, Pingpong, 1>{});
+    case 16: return f(Fp8Gemm<H, Shape<_128, _256, _128>, Shape<_1, _1, _1>, Cooperative, 4, true>{});
     // Measured and removed (session 15, b22886c): the overlapped 128 x 128 tile in 2-CTA clusters
     // along channels or tokens, the shape cuBLASLt picks at M = 2048: 3-12 % slower than the
     // 128 x 256 default at M = 1024-4096 (bench/results/2026-11-24-h100-s15-fp8-o128c-bench-cuda.md).
-    default:
-      *found = false;
-      return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Fast>{});
+    default: *found = false; return f(Fp8Gemm<H, Shape<_128, _128, _128>, Shape<_1, _1, _1>, Fast>{});
   }
 }
 

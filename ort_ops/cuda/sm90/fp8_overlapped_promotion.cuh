@@ -56,8 +56,8 @@ struct Fp8OverlappedPromotionMainloop : Base {
   using typename Base::SmemLayoutA;
   using typename Base::SmemLayoutB;
   using typename Base::TensorStorage;
-  using typename Base::TileShape;
   using typename Base::TiledMma;
+  using typename Base::TileShape;
 
   static constexpr int kTileM = cute::size<0>(TileShape{});
   static constexpr int kTileN = cute::size<1>(TileShape{});
@@ -69,15 +69,15 @@ struct Fp8OverlappedPromotionMainloop : Base {
 
   // The wgmma of one part: 64 x kPartN x 32, e4m3 x e4m3 -> f32, both operands K-major from smem;
   // the consumer warpgroups tile M as in the base TiledMma.
-  using PartMma = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<cutlass::float_e4m3_t, cutlass::float_e4m3_t, float,
-                                 cute::Shape<cute::_64, cute::Int<kPartN>, cute::_32>, cute::GMMA::Major::K,
-                                 cute::GMMA::Major::K>(),
-      cute::Layout<cute::Shape<cute::Int<kWarpGroups>, cute::_1, cute::_1>>{}));
+  using PartMma =
+      decltype(cute::make_tiled_mma(cute::GMMA::ss_op_selector<cutlass::float_e4m3_t, cutlass::float_e4m3_t, float,
+                                                               cute::Shape<cute::_64, cute::Int<kPartN>, cute::_32>,
+                                                               cute::GMMA::Major::K, cute::GMMA::Major::K>(),
+                                    cute::Layout<cute::Shape<cute::Int<kWarpGroups>, cute::_1, cute::_1>>{}));
 
   template <class FrgTensorC>
-  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
-                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
+  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum, int k_tile_count,
+                          int thread_idx, TensorStorage& shared_tensors, Params const&) {
     using namespace cute;
     static_assert(is_rmem<FrgTensorC>::value, "accumulators in registers");
 
@@ -115,8 +115,8 @@ struct Fp8OverlappedPromotionMainloop : Base {
         // Part p's B descriptors as a rank-2 (MMA, 1) view, which cute::gemm pairs with
         // tmp's (MMA, 1, 1).
         Tensor tCrB_k = tCrB(_, _, k_block, stage);  // (MMA, kParts)
-        Tensor tCrB_p = make_tensor(tCrB_k.data() + tCrB_k.layout()(0, p),
-                                    make_layout(get<0>(tCrB_k.layout()), Layout<_1, _0>{}));
+        Tensor tCrB_p =
+            make_tensor(tCrB_k.data() + tCrB_k.layout()(0, p), make_layout(get<0>(tCrB_k.layout()), Layout<_1, _0>{}));
         cute::gemm(part_mma, tCrA(_, _, k_block, stage), tCrB_p, tmp);
         part_mma.accumulate_ = GMMA::ScaleOut::One;
       }

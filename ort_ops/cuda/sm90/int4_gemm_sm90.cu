@@ -73,9 +73,9 @@ bool UseShuffled(const Int4GemmArgs& a, bool bf16) {
 
 bool Int4GemmSupported(const Int4GemmArgs& a, bool bf16) {
   const bool block_ok = a.block_size == 64 || a.block_size == 128 || a.block_size == 256;
-  const bool ok = block_ok && a.m > 0 && a.n > 0 && a.k > 0 && a.k % 32 == 0 && a.n % 8 == 0 &&
-                  a.row_bytes % 16 == 0 && Aligned16(a.x) && Aligned16(a.b) && Aligned16(a.y) &&
-                  Aligned16(a.scales_t) && Aligned16(a.zeros_t) && (a.bias == nullptr || Aligned16(a.bias));
+  const bool ok = block_ok && a.m > 0 && a.n > 0 && a.k > 0 && a.k % 32 == 0 && a.n % 8 == 0 && a.row_bytes % 16 == 0 &&
+                  Aligned16(a.x) && Aligned16(a.b) && Aligned16(a.y) && Aligned16(a.scales_t) && Aligned16(a.zeros_t) &&
+                  (a.bias == nullptr || Aligned16(a.bias));
   return ok && (UseShuffled(a, bf16) || UseVariant(a, bf16) ||
                 WithType(bf16, a, [&](auto g) { return decltype(g)::CanImplement(a); }));
 }

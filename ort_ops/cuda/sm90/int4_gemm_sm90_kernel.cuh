@@ -42,8 +42,9 @@ using namespace cute;
 // for this value order). Byte offset of code (row, k) inside the block:
 //   nibble = 32 g + 8 c + 4 e + h + 2 f, row = g + 8 h, k = e + 2 c + 8 f.
 // The blocks tile the N x K matrix column-major (N fastest), as cute::tile_to_shape lays them out.
-using Int4ShuffleAtom = cute::Layout<cute::Shape<cute::Shape<cute::_8, cute::_2>, cute::Shape<cute::_2, cute::_4, cute::_2>>,
-                                     cute::Stride<cute::Stride<cute::_32, cute::_1>, cute::Stride<cute::_4, cute::_8, cute::_2>>>;
+using Int4ShuffleAtom =
+    cute::Layout<cute::Shape<cute::Shape<cute::_8, cute::_2>, cute::Shape<cute::_2, cute::_4, cute::_2>>,
+                 cute::Stride<cute::Stride<cute::_32, cute::_1>, cute::Stride<cute::_4, cute::_8, cute::_2>>>;
 using Int4ShuffledLayout = decltype(cute::tile_to_shape(Int4ShuffleAtom{}, cute::make_shape(int{}, int{}, int{})));
 CUTE_HOST_DEVICE Int4ShuffledLayout MakeInt4ShuffledLayout(int n, int k) {
   return cute::tile_to_shape(Int4ShuffleAtom{}, cute::make_shape(n, k, 1));
@@ -77,8 +78,8 @@ struct Int4Gemm : GemmRunner<Int4Gemm<Element, TileShape, ClusterShape_, Schedul
   using ElementAcc = float;
   // W [N, K], K-major, or the shuffled copy's cute layout
   using LayoutA = std::conditional_t<kShuffledB, Int4ShuffledLayout, cutlass::layout::RowMajor>;
-  using LayoutB = cutlass::layout::ColumnMajor;  // X^T [K, M], K-major
-  using LayoutD = cutlass::layout::ColumnMajor;  // Y^T [N, M]
+  using LayoutB = cutlass::layout::ColumnMajor;                                // X^T [K, M], K-major
+  using LayoutD = cutlass::layout::ColumnMajor;                                // Y^T [N, M]
   static constexpr int kAlignA = 128 / cutlass::sizeof_bits<ElementQ>::value;  // 32 codes = 16 bytes
   static constexpr int kAlignB = 128 / cutlass::sizeof_bits<Element>::value;   // 8 elements
   static constexpr int kAlignD = kAlignB;

@@ -56,12 +56,6 @@ using fp8_detail::Fp8x2ToHalf2;
 
 namespace {
 
-#if PYQUANT_WITH_SM90
-constexpr bool kSm90Build = true;  // sm_90 machine code (the cluster sum) was built
-#else
-constexpr bool kSm90Build = false;
-#endif
-
 template <int MT8, int NT, int WN, int WK, int kStages>
 struct Fp8StagedShape {
   static constexpr int kWarps = WN * WK;
@@ -286,15 +280,9 @@ cudaError_t LaunchShape(const Fp8StagedProblem& p, int ks, PdlMode pdl, cudaStre
   // Two CTAs (16 warps) per SM where the shared memory allows and the accumulators fit 128 registers.
   constexpr int kMinBlocks = S::kSmem <= 110 * 1024 && MT8 <= 4 ? 2 : 1;
   auto kernel = fp8_staged_kernel<T, MT8, kNt, WN, WK, kStages, kBlock, kMinBlocks>;
-  // Over 48 KB of dynamic shared memory needs an opt-in, once per device and kernel instance.
-  static std::atomic<uint64_t> smem_set_on{0}, large_clusters_on{0};
-  cudaError_t e = SetFuncAttributeOnce(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem, smem_set_on);
-  if (e == cudaSuccess && ks > 8) {
-    e = SetFuncAttributeOnce(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1, large_clusters_on);
-  }
-  if (e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>((p.n + S::kRows - 1) / S::kRows * ks),
-                  static_cast<unsigned>((p.m + S::kTokens - 1) / S::kTokens));
+  static StagedLaunchFlags attributes_set;  // over 48 KB of dynamic shared memory, clusters of 16
+  if (const cudaError_t e = PrepareStagedLaunch(kernel, S::kSmem, ks, attributes_set); e != cudaSuccess) return e;
+  const dim3 grid = StagedGrid(p.n, p.m, S::kRows, S::kTokens, ks);
   const int bs_log2 = CeilLog2(p.block_size);  // 0 for per-channel scales (block_size 0)
   return LaunchWithPdlCluster(kernel, grid, dim3(S::kThreads), S::kSmem, static_cast<unsigned>(ks), stream, pdl.launch,
                               p.xq, p.s_x, p.w, p.w_scale, static_cast<const T*>(p.bias), static_cast<T*>(p.y), p.m,

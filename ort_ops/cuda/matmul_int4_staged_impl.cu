@@ -298,15 +298,9 @@ cudaError_t LaunchStaged(int ks, const T* x, const uint8_t* b, const T* s, const
   // Two CTAs (16 warps) per SM where the shared memory allows and the accumulators fit 128 registers.
   constexpr int kMinBlocks = S::kSmem <= 110 * 1024 && MT8 <= 4 ? 2 : 1;
   auto kernel = int4_staged_kernel<T, MT8, NT, WN, WK, kStages, kAsym, kMinBlocks>;
-  // Over 48 KB of dynamic shared memory needs an opt-in, once per device and kernel instance.
-  static std::atomic<uint64_t> smem_set_on{0}, large_clusters_on{0};
-  cudaError_t e = SetFuncAttributeOnce(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem, smem_set_on);
-  if (e == cudaSuccess && ks > 8) {
-    e = SetFuncAttributeOnce(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1, large_clusters_on);
-  }
-  if (e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>((g.n + S::kRows - 1) / S::kRows * ks),
-                  static_cast<unsigned>((g.m + S::kTokens - 1) / S::kTokens));
+  static StagedLaunchFlags attributes_set;  // over 48 KB of dynamic shared memory, clusters of 16
+  if (const cudaError_t e = PrepareStagedLaunch(kernel, S::kSmem, ks, attributes_set); e != cudaSuccess) return e;
+  const dim3 grid = StagedGrid(g.n, g.m, S::kRows, S::kTokens, ks);
   return LaunchWithPdlCluster(kernel, grid, dim3(S::kThreads), S::kSmem, static_cast<unsigned>(ks), stream, pdl.launch,
                               x, b, s, zp, bias, y, g, ks, pdl.weights_early);
 }
@@ -327,12 +321,6 @@ cudaError_t LaunchStagedShape(const Int4StagedPlan& plan, const T* x, const uint
 }
 
 }  // namespace
-
-#if PYQUANT_WITH_SM90
-constexpr bool kSm90Build = true;
-#else
-constexpr bool kSm90Build = false;
-#endif
 
 Int4StagedPlan PlanInt4Staged(int shape, const Int4Geom& g, Int4StagedLimits lim) {
   Int4StagedPlan plan;

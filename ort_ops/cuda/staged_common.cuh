@@ -1,7 +1,8 @@
 // What the two staged mma kernels share (matmul_int4_staged_impl.cu, linear_fp8_staged_impl.cu):
 // the main loop's driver, the epilogue that adds the partial tiles of a CTA's k-warps and of its
-// cluster's ranks, the K split rule, and the one-time kernel attributes (large dynamic shared
-// memory, clusters of 16; the latter also used by matmul_int4_shuffled_wide_impl.cu).
+// cluster's ranks, the K split rule, and the launch preparation (PrepareStagedLaunch: the one-time
+// kernel attributes for large dynamic shared memory and clusters of 16; StagedGrid).
+// SetFuncAttributeOnce is also used by matmul_int4_shuffled_wide_impl.cu.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -14,6 +15,14 @@
 
 namespace pyquant {
 namespace cuda_detail {
+
+// Whether sm_90 machine code was built (the build's PYQUANT_WITH_SM90): the staged kernels' cluster
+// sum exists only there, so their plans split K only in such a build.
+#if PYQUANT_WITH_SM90
+constexpr bool kSm90Build = true;
+#else
+constexpr bool kSm90Build = false;
+#endif
 
 // The staged kernels' accumulators, [NT][MT8][4] per lane of warp (wn, wk) = (warp % WN, warp / WN):
 // element r of tile (j, mi) is output channel 16 (wn NT + j) + lane / 4 + 8 (r >= 2) of the CTA and
@@ -109,6 +118,25 @@ cudaError_t SetFuncAttributeOnce(Kernel kernel, cudaFuncAttribute attr, int valu
   e = cudaFuncSetAttribute(kernel, attr, value);
   if (e == cudaSuccess) done.fetch_or(dev_bit, std::memory_order_acq_rel);
   return e;
+}
+
+// What both staged launchers do before a launch: the kernel's dynamic shared memory opt-in and, for
+// a K split over more than 8 CTAs, the non-portable cluster size, each once per device (`done`: the
+// launcher's two function-local flags of this kernel instance); and the grid, ceil(n / rows) column
+// CTAs times ks cluster ranks by ceil(m / tokens) token rows.
+struct StagedLaunchFlags {
+  std::atomic<uint64_t> smem{0}, large_clusters{0};
+};
+template <typename Kernel>
+cudaError_t PrepareStagedLaunch(Kernel kernel, int smem_bytes, int ks, StagedLaunchFlags& done) {
+  cudaError_t e = SetFuncAttributeOnce(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes, done.smem);
+  if (e == cudaSuccess && ks > 8) {
+    e = SetFuncAttributeOnce(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1, done.large_clusters);
+  }
+  return e;
+}
+inline dim3 StagedGrid(int64_t n, int64_t m, int rows, int tokens, int ks) {
+  return dim3(static_cast<unsigned>((n + rows - 1) / rows * ks), static_cast<unsigned>((m + tokens - 1) / tokens));
 }
 
 // The staged kernels' K split (both ops): the smallest power of two ks <= max_ks that gives

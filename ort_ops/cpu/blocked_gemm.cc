@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 namespace pyquant {
 
@@ -39,22 +40,56 @@ PYQUANT_INLINE V16 LoadV(const float* p) {
 }
 PYQUANT_INLINE void StoreV(float* p, V16 v) { __builtin_memcpy(p, &v, sizeof(v)); }
 
-template <int R>
+// The micro-kernels hold a panel row as kParts<VT> vectors of the ISA's own width: VT = V16 (one
+// zmm) under AVX-512, V8 (ymm) under AVX2, V4 (xmm / NEON) otherwise. A V16 under AVX2 is no
+// register type: GCC kept such accumulators on the stack and moved them through general registers
+// at every k (AVX2 micro-kernel 5.6 GFLOP/s on an AMD EPYC core, slower than the SSE2 build).
+typedef float V8 __attribute__((vector_size(8 * sizeof(float))));
+typedef float V4 __attribute__((vector_size(4 * sizeof(float))));
+typedef int32_t V8i __attribute__((vector_size(8 * sizeof(int32_t))));
+typedef int32_t V4i __attribute__((vector_size(4 * sizeof(int32_t))));
+template <typename VT>  // the int32 vector of VT's width (the INT4 decoder's codes)
+using IntVecOf =
+    std::conditional_t<sizeof(VT) == sizeof(V16), V16i, std::conditional_t<sizeof(VT) == sizeof(V8), V8i, V4i>>;
+template <typename VT>
+constexpr int kLanes = sizeof(VT) / sizeof(float);
+template <typename VT>
+constexpr int kParts = kNr / kLanes<VT>;
+
+template <typename VT>
+PYQUANT_INLINE VT LoadVec(const float* p) {
+  VT v;
+  __builtin_memcpy(&v, p, sizeof(v));
+  return v;
+}
+template <typename VT>
+PYQUANT_INLINE void StoreVec(float* p, VT v) {
+  __builtin_memcpy(p, &v, sizeof(v));
+}
+
+template <typename VT, int R>
 PYQUANT_INLINE void MicroKernelRows(const float* __restrict a, int64_t lda, const float* __restrict bt, int64_t kc,
                                     float* __restrict acc) {
-  V16 c[R];
-  for (int r = 0; r < R; ++r) c[r] = LoadV(acc + r * kNr);
+  constexpr int P = kParts<VT>, L = kLanes<VT>;
+  VT c[R][P];
+  for (int r = 0; r < R; ++r)
+    for (int q = 0; q < P; ++q) c[r][q] = LoadVec<VT>(acc + r * kNr + q * L);
   for (int64_t k = 0; k < kc; ++k) {
-    const V16 b = LoadV(bt + k * kNr);
-    for (int r = 0; r < R; ++r) c[r] += a[r * lda + k] * b;
+    VT b[P];
+    for (int q = 0; q < P; ++q) b[q] = LoadVec<VT>(bt + k * kNr + q * L);
+    for (int r = 0; r < R; ++r) {
+      const float av = a[r * lda + k];
+      for (int q = 0; q < P; ++q) c[r][q] += av * b[q];
+    }
   }
-  for (int r = 0; r < R; ++r) StoreV(acc + r * kNr, c[r]);
+  for (int r = 0; r < R; ++r)
+    for (int q = 0; q < P; ++q) StoreVec<VT>(acc + r * kNr + q * L, c[r][q]);
 }
 
 // Two panels side by side (32 output columns): each broadcast A element feeds two FMAs, so a k step
 // is 2 panel loads + R broadcasts for 2R FMAs, instead of 1 + R loads for R FMAs -- the 8 x 16
 // tile was bound by the load ports (9 loads per 8 FMAs), this one by the FMA ports.
-template <int R>
+template <int R>  // AVX-512 only (V16 = one zmm)
 PYQUANT_INLINE void MicroKernelRows2(const float* __restrict a, int64_t lda, const float* __restrict bt0,
                                      const float* __restrict bt1, int64_t kc, float* __restrict acc0,
                                      float* __restrict acc1) {
@@ -102,19 +137,19 @@ PYQUANT_INLINE void MicroKernel2Body(const float* a, int64_t lda, int rows, cons
 
 // kMaxR rows per register tile: 8 on AVX-512 (8 zmm accumulators hide the FMA latency), 4 where a
 // row takes two vectors (AVX2: 8 ymm accumulators; more would spill).
-template <int kMaxR>
+template <typename VT, int kMaxR>
 PYQUANT_INLINE void MicroKernelBody(const float* a, int64_t lda, int rows, const float* bt, int64_t kc, float* acc) {
   while (rows > 0) {
     const int r = std::min(rows, kMaxR);
     switch (r) {
-      case 8: MicroKernelRows<8>(a, lda, bt, kc, acc); break;
-      case 7: MicroKernelRows<7>(a, lda, bt, kc, acc); break;
-      case 6: MicroKernelRows<6>(a, lda, bt, kc, acc); break;
-      case 5: MicroKernelRows<5>(a, lda, bt, kc, acc); break;
-      case 4: MicroKernelRows<4>(a, lda, bt, kc, acc); break;
-      case 3: MicroKernelRows<3>(a, lda, bt, kc, acc); break;
-      case 2: MicroKernelRows<2>(a, lda, bt, kc, acc); break;
-      default: MicroKernelRows<1>(a, lda, bt, kc, acc); break;
+      case 8: MicroKernelRows<VT, 8>(a, lda, bt, kc, acc); break;
+      case 7: MicroKernelRows<VT, 7>(a, lda, bt, kc, acc); break;
+      case 6: MicroKernelRows<VT, 6>(a, lda, bt, kc, acc); break;
+      case 5: MicroKernelRows<VT, 5>(a, lda, bt, kc, acc); break;
+      case 4: MicroKernelRows<VT, 4>(a, lda, bt, kc, acc); break;
+      case 3: MicroKernelRows<VT, 3>(a, lda, bt, kc, acc); break;
+      case 2: MicroKernelRows<VT, 2>(a, lda, bt, kc, acc); break;
+      default: MicroKernelRows<VT, 1>(a, lda, bt, kc, acc); break;
     }
     a += r * lda;
     acc += r * kNr;
@@ -123,38 +158,52 @@ PYQUANT_INLINE void MicroKernelBody(const float* a, int64_t lda, int rows, const
 }
 
 // Each step reads one byte (two codes) from each of the kNr rows and writes two panel rows; the
-// arithmetic runs across the kNr columns, which is the direction the ISA vectorizes.
+// arithmetic runs across the kNr columns, which is the direction the ISA vectorizes (kParts<VT>
+// vectors of the ISA's width, as in the micro-kernels).
+template <typename VT>
 PYQUANT_INLINE void DecodeInt4Body(const uint8_t* const* rows_in, const float* scale, const float* zp,
                                    int64_t block_size, int64_t kc, float* __restrict bt) {
+  constexpr int P = kParts<VT>, L = kLanes<VT>;
+  using VTi = IntVecOf<VT>;
   const uint8_t* rows[kNr];
   for (int j = 0; j < kNr; ++j) rows[j] = rows_in[j];
   for (int64_t kb = 0, blk = 0; kb < kc; kb += block_size, ++blk) {
-    const V16 s = LoadV(scale + blk * kNr);
-    const V16 z = LoadV(zp + blk * kNr);
+    VT s[P], z[P];
+    for (int q = 0; q < P; ++q) {
+      s[q] = LoadVec<VT>(scale + blk * kNr + q * L);
+      z[q] = LoadVec<VT>(zp + blk * kNr + q * L);
+    }
     const int64_t pairs = (std::min(block_size, kc - kb) + 1) / 2;
     const int64_t byte0 = kb / 2;
     for (int64_t i = 0; i < pairs; ++i) {
-      V16i by;
-      for (int j = 0; j < kNr; ++j) by[j] = rows[j][byte0 + i];
       float* o0 = bt + (kb + 2 * i) * kNr;
-      // (q - zp) is exact; one rounding in the multiply (docs/ops.md).
-      StoreV(o0, (__builtin_convertvector(by & 0xF, V16) - z) * s);
-      StoreV(o0 + kNr, (__builtin_convertvector(by >> 4, V16) - z) * s);
+      for (int q = 0; q < P; ++q) {
+        VTi by;
+        for (int j = 0; j < L; ++j) by[j] = rows[q * L + j][byte0 + i];
+        // (q - zp) is exact; one rounding in the multiply (docs/ops.md).
+        StoreVec<VT>(o0 + q * L, (__builtin_convertvector(by & 0xF, VT) - z[q]) * s[q]);
+        StoreVec<VT>(o0 + kNr + q * L, (__builtin_convertvector(by >> 4, VT) - z[q]) * s[q]);
+      }
     }
   }
 }
 
+template <typename VT>
 PYQUANT_INLINE void DecodeFp8Body(const uint8_t* const* rows_in, const float* table, const float* scale,
                                   int64_t scale_block, int64_t kc, float* __restrict bt) {
+  constexpr int P = kParts<VT>, L = kLanes<VT>;
   const uint8_t* rows[kNr];
   for (int j = 0; j < kNr; ++j) rows[j] = rows_in[j];
   for (int64_t kb = 0, blk = 0; kb < kc; kb += scale_block, ++blk) {
-    const V16 s = LoadV(scale + blk * kNr);
+    VT s[P];
+    for (int q = 0; q < P; ++q) s[q] = LoadVec<VT>(scale + blk * kNr + q * L);
     const int64_t len = std::min(scale_block, kc - kb);
     for (int64_t i = kb; i < kb + len; ++i) {
-      V16 w;
-      for (int j = 0; j < kNr; ++j) w[j] = table[rows[j][i]];
-      StoreV(bt + i * kNr, w * s);
+      for (int q = 0; q < P; ++q) {
+        VT w;
+        for (int j = 0; j < L; ++j) w[j] = table[rows[q * L + j][i]];
+        StoreVec<VT>(bt + i * kNr + q * L, w * s[q]);
+      }
     }
   }
 }
@@ -164,32 +213,32 @@ using MicroKernel2Fn = void (*)(const float*, int64_t, int, const float*, const 
 using DecodeInt4Fn = void (*)(const uint8_t* const*, const float*, const float*, int64_t, int64_t, float*);
 using DecodeFp8Fn = void (*)(const uint8_t* const*, const float*, const float*, int64_t, int64_t, float*);
 
-#define PYQUANT_DEFINE_KERNELS(SUFFIX, ATTR, MAX_R)                                                               \
+#define PYQUANT_DEFINE_KERNELS(SUFFIX, ATTR, VT, MAX_R)                                                           \
   ATTR void MicroKernel##SUFFIX(const float* a, int64_t lda, int rows, const float* bt, int64_t kc, float* acc) { \
-    MicroKernelBody<MAX_R>(a, lda, rows, bt, kc, acc);                                                            \
+    MicroKernelBody<VT, MAX_R>(a, lda, rows, bt, kc, acc);                                                        \
   }                                                                                                               \
   ATTR void DecodeInt4##SUFFIX(const uint8_t* const* rows, const float* scale, const float* zp, int64_t bs,       \
                                int64_t kc, float* bt) {                                                           \
-    DecodeInt4Body(rows, scale, zp, bs, kc, bt);                                                                  \
+    DecodeInt4Body<VT>(rows, scale, zp, bs, kc, bt);                                                              \
   }                                                                                                               \
   ATTR void DecodeFp8##SUFFIX(const uint8_t* const* rows, const float* table, const float* scale, int64_t sb,     \
                               int64_t kc, float* bt) {                                                            \
-    DecodeFp8Body(rows, table, scale, sb, kc, bt);                                                                \
+    DecodeFp8Body<VT>(rows, table, scale, sb, kc, bt);                                                            \
   }
 
-#define PYQUANT_DEFINE_KERNEL2_PAIR(SUFFIX, ATTR, MAX_R)                                                    \
+#define PYQUANT_DEFINE_KERNEL2_PAIR(SUFFIX, ATTR, VT, MAX_R)                                                \
   ATTR void MicroKernel2##SUFFIX(const float* a, int64_t lda, int rows, const float* bt0, const float* bt1, \
                                  int64_t kc, float* acc0, float* acc1) {                                    \
-    MicroKernelBody<MAX_R>(a, lda, rows, bt0, kc, acc0);                                                    \
-    MicroKernelBody<MAX_R>(a, lda, rows, bt1, kc, acc1);                                                    \
+    MicroKernelBody<VT, MAX_R>(a, lda, rows, bt0, kc, acc0);                                                \
+    MicroKernelBody<VT, MAX_R>(a, lda, rows, bt1, kc, acc1);                                                \
   }
 
-PYQUANT_DEFINE_KERNELS(Base, , 4)
-PYQUANT_DEFINE_KERNEL2_PAIR(Base, , 4)
+PYQUANT_DEFINE_KERNELS(Base, , V4, 4)
+PYQUANT_DEFINE_KERNEL2_PAIR(Base, , V4, 4)
 #ifdef PYQUANT_X86_DISPATCH
-PYQUANT_DEFINE_KERNELS(Avx2, PYQUANT_TARGET_AVX2, 4)
-PYQUANT_DEFINE_KERNELS(Avx512, PYQUANT_TARGET_AVX512, 8)
-PYQUANT_DEFINE_KERNEL2_PAIR(Avx2, PYQUANT_TARGET_AVX2, 4)  // 16 ymm: two single-panel passes
+PYQUANT_DEFINE_KERNELS(Avx2, PYQUANT_TARGET_AVX2, V8, 4)
+PYQUANT_DEFINE_KERNELS(Avx512, PYQUANT_TARGET_AVX512, V16, 8)
+PYQUANT_DEFINE_KERNEL2_PAIR(Avx2, PYQUANT_TARGET_AVX2, V8, 4)  // 16 ymm: two single-panel passes
 PYQUANT_TARGET_AVX512 void MicroKernel2Avx512(const float* a, int64_t lda, int rows, const float* bt0, const float* bt1,
                                               int64_t kc, float* acc0, float* acc1) {
   MicroKernel2Body(a, lda, rows, bt0, bt1, kc, acc0, acc1);

@@ -33,13 +33,6 @@ typedef float V16 __attribute__((vector_size(kNr * sizeof(float))));
 typedef int32_t V16i __attribute__((vector_size(kNr * sizeof(int32_t))));
 static_assert(kNr == 16, "V16 holds one panel row");
 
-PYQUANT_INLINE V16 LoadV(const float* p) {
-  V16 v;
-  __builtin_memcpy(&v, p, sizeof(v));
-  return v;
-}
-PYQUANT_INLINE void StoreV(float* p, V16 v) { __builtin_memcpy(p, &v, sizeof(v)); }
-
 // The micro-kernels hold a panel row as kParts<VT> vectors of the ISA's own width: VT = V16 (one
 // zmm) under AVX-512, V8 (ymm) under AVX2, V4 (xmm / NEON) otherwise. A V16 under AVX2 is no
 // register type: GCC kept such accumulators on the stack and moved them through general registers
@@ -95,12 +88,12 @@ PYQUANT_INLINE void MicroKernelRows2(const float* __restrict a, int64_t lda, con
                                      float* __restrict acc1) {
   V16 c0[R], c1[R];
   for (int r = 0; r < R; ++r) {
-    c0[r] = LoadV(acc0 + r * kNr);
-    c1[r] = LoadV(acc1 + r * kNr);
+    c0[r] = LoadVec<V16>(acc0 + r * kNr);
+    c1[r] = LoadVec<V16>(acc1 + r * kNr);
   }
   for (int64_t k = 0; k < kc; ++k) {
-    const V16 b0 = LoadV(bt0 + k * kNr);
-    const V16 b1 = LoadV(bt1 + k * kNr);
+    const V16 b0 = LoadVec<V16>(bt0 + k * kNr);
+    const V16 b1 = LoadVec<V16>(bt1 + k * kNr);
     for (int r = 0; r < R; ++r) {
       const float av = a[r * lda + k];
       c0[r] += av * b0;
@@ -108,8 +101,8 @@ PYQUANT_INLINE void MicroKernelRows2(const float* __restrict a, int64_t lda, con
     }
   }
   for (int r = 0; r < R; ++r) {
-    StoreV(acc0 + r * kNr, c0[r]);
-    StoreV(acc1 + r * kNr, c1[r]);
+    StoreVec<V16>(acc0 + r * kNr, c0[r]);
+    StoreVec<V16>(acc1 + r * kNr, c1[r]);
   }
 }
 

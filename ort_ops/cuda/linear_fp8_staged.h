@@ -27,7 +27,8 @@ struct Fp8StagedProblem {
   int n_scale_blocks = 1;
   // Largest cluster splitting K: 8 (portable) or 16 (Fp8Options::staged_max_cluster).
   int max_cluster = 8;
-  // CTA shape: 0 auto, 1 wide, 2 tall (Fp8Options::staged_shape).
+  // CTA shape: kInt4StagedAuto / Wide / Tall (matmul_int4_staged.h; the INT4 kernel's same three
+  // choices), from Fp8Options::staged_shape.
   int shape = 0;
 };
 

@@ -47,6 +47,7 @@
 #include "cuda/linear_fp8_staged.h"
 #include "cuda/matmul_int4_impl.cuh"
 #include "cuda/matmul_int4_shuffled_impl.cuh"
+#include "cuda/matmul_int4_staged.h"  // kInt4StagedAuto / Wide / Tall, the shapes of both ops
 #include "cuda/staged_common.cuh"
 
 namespace pyquant {
@@ -260,7 +261,7 @@ Fp8StagedPlan PlanFp8Staged(const Fp8StagedProblem& p) {
   // As the INT4 kernel's auto shape (PlanInt4Staged): tall where the wide grid, split 8 ways,
   // leaves most SMs idle (at 64 tokens per CTA only where it is tiny: X re-reads).
   const int64_t tall_factor = plan.mt8 == 8 ? 32 : 8;
-  plan.tall = p.shape == 2 || (p.shape == 0 && ctas(false) * tall_factor < sms);
+  plan.tall = p.shape == kInt4StagedTall || (p.shape == kInt4StagedAuto && ctas(false) * tall_factor < sms);
   const int stage_k = 64 * (plan.tall ? 4 : 2);
   if (p.k % stage_k != 0) {
     plan.tall = !plan.tall;  // the other shape's stages may fit K

@@ -1,5 +1,8 @@
 #include "cpu/blocked_gemm.h"
 
+#include "common/dtypes.h"
+#include "ops/linear_fp8.h"
+
 // The V16 helpers below are always inlined into ISA-specific functions; the ABI note GCC gives for
 // their by-value vector returns in the baseline instantiation does not apply.
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -8,6 +11,10 @@
 #include <cstdlib>
 #include <string>
 #include <type_traits>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
 
 namespace pyquant {
 
@@ -201,10 +208,41 @@ PYQUANT_INLINE void DecodeFp8Body(const uint8_t* const* rows_in, const float* ta
   }
 }
 
+// The two loops are branch-free so that they vectorize. amax runs on the bit patterns (ordered like
+// the values for non-negative floats); a NaN pattern (above infinity's) counts as 0, as std::fmax
+// would skip it.
+PYQUANT_INLINE float QuantizeFp8RowBody(float* __restrict row, int64_t k, bool dynamic, float inv, float s_x,
+                                        float mul) {
+  if (dynamic) {
+    // 16 running maxima (one panel row of lanes), so that GCC vectorizes the reduction.
+    uint32_t lane_max[kNr] = {};
+    int64_t i = 0;
+    for (; i + kNr <= k; i += kNr) {
+      for (int j = 0; j < kNr; ++j) {
+        const uint32_t b = FloatToBits(row[i + j]) & 0x7FFFFFFFu;
+        const uint32_t v = b & (0u - static_cast<uint32_t>(b <= 0x7F800000u));
+        lane_max[j] = std::max(lane_max[j], v);
+      }
+    }
+    for (; i < k; ++i) {
+      const uint32_t b = FloatToBits(row[i]) & 0x7FFFFFFFu;
+      lane_max[0] = std::max(lane_max[0], b & (0u - static_cast<uint32_t>(b <= 0x7F800000u)));
+    }
+    uint32_t amax = 0;
+    for (int j = 0; j < kNr; ++j) amax = std::max(amax, lane_max[j]);
+    const Fp8RowScale rs = DynamicFp8RowScale(BitsToFloat(amax));
+    inv = rs.inv;
+    s_x = rs.s_x;
+  }
+  for (int64_t i = 0; i < k; ++i) row[i] = Fp8E4M3RoundSat(row[i] * inv) * mul;
+  return s_x;
+}
+
 using MicroKernelFn = void (*)(const float*, int64_t, int, const float*, int64_t, float*);
 using MicroKernel2Fn = void (*)(const float*, int64_t, int, const float*, const float*, int64_t, float*, float*);
 using DecodeInt4Fn = void (*)(const uint8_t* const*, const float*, const float*, int64_t, int64_t, float*);
 using DecodeFp8Fn = void (*)(const uint8_t* const*, const float*, const float*, int64_t, int64_t, float*);
+using QuantizeFp8RowFn = float (*)(float*, int64_t, bool, float, float, float);
 
 #define PYQUANT_DEFINE_KERNELS(SUFFIX, ATTR, VT, MAX_R)                                                           \
   ATTR void MicroKernel##SUFFIX(const float* a, int64_t lda, int rows, const float* bt, int64_t kc, float* acc) { \
@@ -213,10 +251,17 @@ using DecodeFp8Fn = void (*)(const uint8_t* const*, const float*, const float*, 
   ATTR void DecodeInt4##SUFFIX(const uint8_t* const* rows, const float* scale, const float* zp, int64_t bs,       \
                                int64_t kc, float* bt) {                                                           \
     DecodeInt4Body<VT>(rows, scale, zp, bs, kc, bt);                                                              \
-  }                                                                                                               \
-  ATTR void DecodeFp8##SUFFIX(const uint8_t* const* rows, const float* table, const float* scale, int64_t sb,     \
-                              int64_t kc, float* bt) {                                                            \
-    DecodeFp8Body<VT>(rows, table, scale, sb, kc, bt);                                                            \
+  }
+
+#define PYQUANT_DEFINE_FP8_QUANTIZER(SUFFIX, ATTR)                                                          \
+  ATTR float QuantizeFp8Row##SUFFIX(float* row, int64_t k, bool dynamic, float inv, float s_x, float mul) { \
+    return QuantizeFp8RowBody(row, k, dynamic, inv, s_x, mul);                                              \
+  }
+
+#define PYQUANT_DEFINE_FP8_GATHER_DECODER(SUFFIX, ATTR, VT)                                                   \
+  ATTR void DecodeFp8##SUFFIX(const uint8_t* const* rows, const float* table, const float* scale, int64_t sb, \
+                              int64_t kc, float* bt) {                                                        \
+    DecodeFp8Body<VT>(rows, table, scale, sb, kc, bt);                                                        \
   }
 
 #define PYQUANT_DEFINE_KERNEL2_PAIR(SUFFIX, ATTR, VT, MAX_R)                                                \
@@ -227,14 +272,75 @@ using DecodeFp8Fn = void (*)(const uint8_t* const*, const float*, const float*, 
   }
 
 PYQUANT_DEFINE_KERNELS(Base, , V4, 4)
+PYQUANT_DEFINE_FP8_GATHER_DECODER(Base, , V4)
+PYQUANT_DEFINE_FP8_QUANTIZER(Base, )
 PYQUANT_DEFINE_KERNEL2_PAIR(Base, , V4, 4)
 #ifdef PYQUANT_X86_DISPATCH
-PYQUANT_DEFINE_KERNELS(Avx2, PYQUANT_TARGET_AVX2, V8, 4)
+PYQUANT_DEFINE_KERNELS(Avx2, PYQUANT_TARGET_AVX2, V8, 6)
 PYQUANT_DEFINE_KERNELS(Avx512, PYQUANT_TARGET_AVX512, V16, 8)
-PYQUANT_DEFINE_KERNEL2_PAIR(Avx2, PYQUANT_TARGET_AVX2, V8, 4)  // 16 ymm: two single-panel passes
+PYQUANT_DEFINE_FP8_GATHER_DECODER(Avx512, PYQUANT_TARGET_AVX512, V16)
+PYQUANT_DEFINE_FP8_QUANTIZER(Avx2, PYQUANT_TARGET_AVX2)
+PYQUANT_DEFINE_FP8_QUANTIZER(Avx512, PYQUANT_TARGET_AVX512)
+PYQUANT_DEFINE_KERNEL2_PAIR(Avx2, PYQUANT_TARGET_AVX2, V8, 6)  // 16 ymm: two single-panel passes
 PYQUANT_TARGET_AVX512 void MicroKernel2Avx512(const float* a, int64_t lda, int rows, const float* bt0, const float* bt1,
                                               int64_t kc, float* acc0, float* acc1) {
   MicroKernel2Body(a, lda, rows, bt0, bt1, kc, acc0, acc1);
+}
+
+// AVX2 FP8 panel decoder. The gather decoder (DecodeFp8Body) assembles each panel row from 16
+// single-byte loads and 16 table loads; AVX2 has no cheap byte gather (and vpgatherdd is slow on
+// AMD cores). This one reads 8 consecutive codes of 8 weight rows (8 x 8 bytes, one load each),
+// turns them into fp16 bit patterns, transposes the 8 x 8 block of 16-bit values in xmm registers
+// and widens each panel row with F16C. e4m3 -> fp16 is a shift: e4m3 s.eeee.mmm (bias 7) placed
+// as fp16 s.0eeee.mmm0000000 (bias 15) is the value times 2^-8, subnormal codes included (they
+// become fp16 subnormals, which vcvtph2ps widens exactly whatever MXCSR's DAZ says). The two
+// multiplies by 256 and by the scale are exact and one rounding, the table decoder's rounding:
+// bit-identical output. The NaN codes 0x7F / 0xFF are set to an fp16 NaN.
+PYQUANT_TARGET_AVX2 PYQUANT_INLINE __m128i Fp8CodesToHalfBits(const uint8_t* p) {
+  const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m128i mag = _mm_and_si128(w, _mm_set1_epi16(0x7F));
+  const __m128i sign = _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8);
+  const __m128i nan = _mm_and_si128(_mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7F)), _mm_set1_epi16(0x7E00));
+  return _mm_or_si128(_mm_or_si128(sign, _mm_slli_epi16(mag, 7)), nan);
+}
+
+// bt[i .. i + 7][col0 .. col0 + 7] from rows[0..7][i .. i + 7], times 256 * s (s: the 8 columns' scales).
+PYQUANT_TARGET_AVX2 PYQUANT_INLINE void DecodeFp8Block8x8(const uint8_t* const* rows, int64_t i, __m256 s, float* bt) {
+  __m128i r[8];
+  for (int j = 0; j < 8; ++j) r[j] = Fp8CodesToHalfBits(rows[j] + i);
+  // 8 x 8 transpose of 16-bit lanes: rows j -> columns kk.
+  const __m128i a0 = _mm_unpacklo_epi16(r[0], r[1]), a1 = _mm_unpackhi_epi16(r[0], r[1]);
+  const __m128i a2 = _mm_unpacklo_epi16(r[2], r[3]), a3 = _mm_unpackhi_epi16(r[2], r[3]);
+  const __m128i a4 = _mm_unpacklo_epi16(r[4], r[5]), a5 = _mm_unpackhi_epi16(r[4], r[5]);
+  const __m128i a6 = _mm_unpacklo_epi16(r[6], r[7]), a7 = _mm_unpackhi_epi16(r[6], r[7]);
+  const __m128i b0 = _mm_unpacklo_epi32(a0, a2), b1 = _mm_unpackhi_epi32(a0, a2);
+  const __m128i b2 = _mm_unpacklo_epi32(a1, a3), b3 = _mm_unpackhi_epi32(a1, a3);
+  const __m128i b4 = _mm_unpacklo_epi32(a4, a6), b5 = _mm_unpackhi_epi32(a4, a6);
+  const __m128i b6 = _mm_unpacklo_epi32(a5, a7), b7 = _mm_unpackhi_epi32(a5, a7);
+  const __m128i t[8] = {_mm_unpacklo_epi64(b0, b4), _mm_unpackhi_epi64(b0, b4), _mm_unpacklo_epi64(b1, b5),
+                        _mm_unpackhi_epi64(b1, b5), _mm_unpacklo_epi64(b2, b6), _mm_unpackhi_epi64(b2, b6),
+                        _mm_unpacklo_epi64(b3, b7), _mm_unpackhi_epi64(b3, b7)};
+  const __m256 k256 = _mm256_set1_ps(256.0f);
+  for (int kk = 0; kk < 8; ++kk) {
+    _mm256_storeu_ps(bt + (i + kk) * kNr, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtph_ps(t[kk]), k256), s));
+  }
+}
+
+PYQUANT_TARGET_AVX2 void DecodeFp8Avx2(const uint8_t* const* rows, const float* table, const float* scale,
+                                       int64_t scale_block, int64_t kc, float* __restrict bt) {
+  // Scale blocks are powers of two >= 16 (or one block per chunk), so 8-code groups never straddle one.
+  for (int64_t kb = 0, blk = 0; kb < kc; kb += scale_block, ++blk) {
+    const int64_t end = std::min(kc, kb + scale_block);
+    const __m256 s0 = _mm256_loadu_ps(scale + blk * kNr), s1 = _mm256_loadu_ps(scale + blk * kNr + 8);
+    int64_t i = kb;
+    for (; i + 8 <= end; i += 8) {
+      DecodeFp8Block8x8(rows, i, s0, bt);
+      DecodeFp8Block8x8(rows + 8, i, s1, bt + 8);
+    }
+    for (; i < end; ++i) {  // K's tail, fewer than 8 codes
+      for (int j = 0; j < kNr; ++j) bt[i * kNr + j] = table[rows[j][i]] * scale[blk * kNr + j];
+    }
+  }
 }
 #endif
 
@@ -243,6 +349,7 @@ struct Kernels {
   MicroKernel2Fn micro2;
   DecodeInt4Fn int4;
   DecodeFp8Fn fp8;
+  QuantizeFp8RowFn quantize_fp8;
 };
 
 CpuIsaLevel PickIsa() {
@@ -265,10 +372,12 @@ CpuIsaLevel PickIsa() {
 Kernels PickKernels() {
   switch (CpuIsa()) {
 #ifdef PYQUANT_X86_DISPATCH
-    case CpuIsaLevel::kAvx512: return {MicroKernelAvx512, MicroKernel2Avx512, DecodeInt4Avx512, DecodeFp8Avx512};
-    case CpuIsaLevel::kAvx2: return {MicroKernelAvx2, MicroKernel2Avx2, DecodeInt4Avx2, DecodeFp8Avx2};
+    case CpuIsaLevel::kAvx512:
+      return {MicroKernelAvx512, MicroKernel2Avx512, DecodeInt4Avx512, DecodeFp8Avx512, QuantizeFp8RowAvx512};
+    case CpuIsaLevel::kAvx2:
+      return {MicroKernelAvx2, MicroKernel2Avx2, DecodeInt4Avx2, DecodeFp8Avx2, QuantizeFp8RowAvx2};
 #endif
-    default: return {MicroKernelBase, MicroKernel2Base, DecodeInt4Base, DecodeFp8Base};
+    default: return {MicroKernelBase, MicroKernel2Base, DecodeInt4Base, DecodeFp8Base, QuantizeFp8RowBase};
   }
 }
 
@@ -301,6 +410,10 @@ void DecodeInt4Panel(const uint8_t* const* rows, const float* scale, const float
 void DecodeFp8Panel(const uint8_t* const* rows, const float* table, const float* scale, int64_t scale_block, int64_t kc,
                     float* bt) {
   K().fp8(rows, table, scale, scale_block, kc, bt);
+}
+
+float QuantizeFp8Row(float* row, int64_t k, bool dynamic, float inv, float s_x, float mul) {
+  return K().quantize_fp8(row, k, dynamic, inv, s_x, mul);
 }
 
 }  // namespace pyquant

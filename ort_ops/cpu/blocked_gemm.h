@@ -1,12 +1,13 @@
 // Y[M, N] = A[M, K] · W[N, K]^T for weights that must be decoded on the fly (INT4 codes, FP8).
 //
-// Work is split into tasks of (kRowsPerTask rows of A) x (kNr = 16 output columns). A task walks
-// K in chunks of kKc: it decodes its 16 weight rows for the chunk into a transposed float panel
-// bt[kKc][16] (decode once, reuse for every row of A), then a register-blocked micro-kernel
-// accumulates 4 rows x 16 columns at a time. The float sums stay in a task-local tile until the
+// Work is split into tasks of (kRowsPerTask rows of A) x (a group of panels of kNr = 16 output
+// columns). A task walks K in chunks of kKc: it decodes each panel's 16 weight rows for the chunk
+// into a transposed float panel bt[kKc][16] (decode once, reuse for every row of A), then a
+// register-blocked micro-kernel runs the task's rows over it, a register tile at a time. The float sums stay in a task-local tile until the
 // epilogue, which applies the per-row scale and bias and rounds once to T.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -18,12 +19,12 @@ enum class CpuIsaLevel { kBase, kAvx2, kAvx512 };
 CpuIsaLevel CpuIsa();
 
 constexpr int kNr = 16;       // output columns per panel (one AVX-512 or two AVX2 vectors)
-constexpr int kMr = 8;        // rows of A per micro-kernel call (AVX-512: 8 independent FMA chains)
 constexpr int64_t kKc = 256;  // K chunk; a multiple of every INT4 block size
 constexpr int64_t kRowsPerTask = 256;
 
-// acc[kMr x kNr] (row stride kNr) += a[rows x kc] (row stride lda) * bt[kc x kNr].
-// rows <= kMr. Compiled for several ISAs, picked once at load time from the CPU's features.
+// acc[rows x kNr] (row stride kNr) += a[rows x kc] (row stride lda) * bt[kc x kNr], any rows >= 0:
+// the kernel walks them in register tiles of its ISA's height. Compiled for several ISAs, picked once
+// at load time from the CPU's features.
 void MicroKernel(const float* a, int64_t lda, int rows, const float* bt, int64_t kc, float* acc);
 
 // Two panels at once: acc0 += a * bt0 and acc1 += a * bt1 (each acc as in MicroKernel). On AVX-512
@@ -43,69 +44,91 @@ void DecodeInt4Panel(const uint8_t* const* rows, const float* scale, const float
 void DecodeFp8Panel(const uint8_t* const* rows, const float* table, const float* scale, int64_t scale_block, int64_t kc,
                     float* bt);
 
-}  // namespace pyquant
+// LinearFp8's activation quantization of one row, in place (the bit-exact rule of docs/ops.md):
+// row[i] = Fp8E4M3RoundSat(row[i] / s_x) * mul, with s_x from the row's max |x| (NaN ignored) when
+// dynamic, else the given static scale (inv = 1 / s_x). Returns s_x. Same ISA dispatch as the
+// kernels: its loops want 8- or 16-wide integer compares (3 passes over X took 13 % of LinearFp8
+// at M = 1024, K = 1536 in the baseline build).
+float QuantizeFp8Row(float* row, int64_t k, bool dynamic, float inv, float s_x, float mul);
 
-#include <algorithm>
+}  // namespace pyquant
 
 #include "cpu/parallel.h"
 
 namespace pyquant {
 
+// How DecodeGemm splits Y into tasks: a task is (up to kRowsPerTask rows) x (a group of `group`
+// panels of kNr columns). Grouping panels lets every panel of the group reuse the A chunk (rows x kKc
+// floats, <= 256 KiB) from L2 instead of re-reading it from L3 per panel (that traffic, M*K*4*N/16
+// bytes, dominated large-K shapes). Groups shrink when there would be too few tasks to share out;
+// even sizes where possible, since panels run in pairs (MicroKernel2).
+struct GemmTasks {
+  int64_t n_panels, m_tasks, group, n_groups;
+  size_t count() const { return static_cast<size_t>(n_groups * m_tasks); }
+};
+inline GemmTasks PlanGemmTasks(int64_t m, int64_t n) {
+  GemmTasks t;
+  t.n_panels = (n + kNr - 1) / kNr;
+  t.m_tasks = std::max<int64_t>(1, (m + kRowsPerTask - 1) / kRowsPerTask);
+  t.group = std::clamp<int64_t>(t.n_panels * t.m_tasks / 16, t.n_panels >= 8 ? 2 : 1, 8);
+  t.group += t.group & 1 & static_cast<int64_t>(t.group < 8);
+  t.n_groups = (t.n_panels + t.group - 1) / t.group;
+  return t;
+}
+
 // decode(n0, cols, k0, kc, bt): fill bt[kc][kNr] with the float weights W[n0 + j, k0 + kk]
 //   (j < cols; columns cols..kNr-1 must be zero).
 // epilogue(row, n0, cols, acc): acc[j] = sum_k a[row, k] * W[n0 + j, k] for j < cols.
+// One task of PlanGemmTasks(m, n); tasks write disjoint parts of Y.
 template <typename Decode, typename Epilogue>
-void DecodeGemm(OrtKernelContext* ctx, const float* a, int64_t m, int64_t k, int64_t n, const Decode& decode,
-                const Epilogue& epilogue) {
-  const int64_t n_panels = (n + kNr - 1) / kNr;
-  const int64_t m_tasks = std::max<int64_t>(1, (m + kRowsPerTask - 1) / kRowsPerTask);
-  // A task covers a group of panels, so the A chunk (rows x kKc floats, <= 256 KiB) is reused from L2
-  // by every panel of the group instead of being re-read from L3 per panel (that traffic, M*K*4*N/16
-  // bytes, dominated large-K shapes). Groups shrink when there would be too few tasks to share out.
-  // Even group sizes where possible: panels run in pairs (MicroKernel2).
-  int64_t group = std::clamp<int64_t>(n_panels * m_tasks / 16, n_panels >= 8 ? 2 : 1, 8);
-  group += group & 1 & static_cast<int64_t>(group < 8);
-  const int64_t n_groups = (n_panels + group - 1) / group;
-  ParallelFor(ctx, static_cast<size_t>(n_groups * m_tasks), [&](size_t task) {
-    const int64_t g = static_cast<int64_t>(task) % n_groups;
-    const int64_t mt = static_cast<int64_t>(task) / n_groups;
-    const int64_t p0 = g * group;
-    const int64_t np = std::min(group, n_panels - p0);
-    const int64_t m0 = mt * kRowsPerTask;
-    const int64_t rows = std::min<int64_t>(kRowsPerTask, m - m0);
-    if (rows <= 0) return;
-    thread_local std::vector<float> bt_buf, acc_buf;
-    bt_buf.resize(static_cast<size_t>(2 * kKc * kNr));
-    acc_buf.assign(static_cast<size_t>(np * rows * kNr), 0.0f);
-    float* bt = bt_buf.data();
-    for (int64_t k0 = 0; k0 < k; k0 += kKc) {
-      const int64_t kc = std::min<int64_t>(kKc, k - k0);
-      // Panels in pairs (MicroKernel2's 32-column tile); an odd last one alone.
-      for (int64_t pi = 0; pi < np; pi += 2) {
-        const bool pair = pi + 1 < np;
-        for (int64_t q = 0; q < (pair ? 2 : 1); ++q) {
-          const int64_t n0 = (p0 + pi + q) * kNr;
-          decode(n0, static_cast<int>(std::min<int64_t>(kNr, n - n0)), k0, kc, bt + q * kKc * kNr);
-        }
-        float* acc = acc_buf.data() + pi * rows * kNr;
-        for (int64_t r = 0; r < rows; r += kMr) {
-          const int rr = static_cast<int>(std::min<int64_t>(kMr, rows - r));
-          if (pair) {
-            MicroKernel2(a + (m0 + r) * k + k0, k, rr, bt, bt + kKc * kNr, kc, acc + r * kNr,
-                         acc + rows * kNr + r * kNr);
-          } else {
-            MicroKernel(a + (m0 + r) * k + k0, k, rr, bt, kc, acc + r * kNr);
-          }
-        }
+void RunGemmTask(const GemmTasks& t, size_t task, const float* a, int64_t m, int64_t k, int64_t n, const Decode& decode,
+                 const Epilogue& epilogue) {
+  const int64_t g = static_cast<int64_t>(task) % t.n_groups;
+  const int64_t mt = static_cast<int64_t>(task) / t.n_groups;
+  const int64_t p0 = g * t.group;
+  const int64_t np = std::min(t.group, t.n_panels - p0);
+  const int64_t m0 = mt * kRowsPerTask;
+  const int64_t rows = std::min<int64_t>(kRowsPerTask, m - m0);
+  if (rows <= 0) return;
+  thread_local std::vector<float> bt_buf, acc_buf;
+  bt_buf.resize(static_cast<size_t>(2 * kKc * kNr));
+  acc_buf.assign(static_cast<size_t>(np * rows * kNr), 0.0f);
+  float* bt = bt_buf.data();
+  for (int64_t k0 = 0; k0 < k; k0 += kKc) {
+    const int64_t kc = std::min<int64_t>(kKc, k - k0);
+    // Panels in pairs (MicroKernel2); an odd last one alone. The micro-kernels take all the task's
+    // rows and walk them in register tiles of their own height.
+    for (int64_t pi = 0; pi < np; pi += 2) {
+      const bool pair = pi + 1 < np;
+      for (int64_t q = 0; q < (pair ? 2 : 1); ++q) {
+        const int64_t n0 = (p0 + pi + q) * kNr;
+        decode(n0, static_cast<int>(std::min<int64_t>(kNr, n - n0)), k0, kc, bt + q * kKc * kNr);
+      }
+      float* acc = acc_buf.data() + pi * rows * kNr;
+      const float* a_chunk = a + m0 * k + k0;
+      if (pair) {
+        MicroKernel2(a_chunk, k, rows, bt, bt + kKc * kNr, kc, acc, acc + rows * kNr);
+      } else {
+        MicroKernel(a_chunk, k, rows, bt, kc, acc);
       }
     }
+  }
+  // Row by row, so that each row of Y gets its group's np * 64 bytes in one run (panel by panel, every
+  // store started a new cache line: ~10 % of the single-thread time at K = 384).
+  for (int64_t r = 0; r < rows; ++r) {
     for (int64_t pi = 0; pi < np; ++pi) {
       const int64_t n0 = (p0 + pi) * kNr;
       const int cols = static_cast<int>(std::min<int64_t>(kNr, n - n0));
-      const float* acc = acc_buf.data() + pi * rows * kNr;
-      for (int64_t r = 0; r < rows; ++r) epilogue(m0 + r, n0, cols, acc + r * kNr);
+      epilogue(m0 + r, n0, cols, acc_buf.data() + (pi * rows + r) * kNr);
     }
-  });
+  }
+}
+
+template <typename Decode, typename Epilogue>
+void DecodeGemm(OrtKernelContext* ctx, const float* a, int64_t m, int64_t k, int64_t n, const Decode& decode,
+                const Epilogue& epilogue) {
+  const GemmTasks t = PlanGemmTasks(m, n);
+  ParallelFor(ctx, t.count(), [&](size_t task) { RunGemmTask(t, task, a, m, k, n, decode, epilogue); });
 }
 
 }  // namespace pyquant

@@ -46,8 +46,8 @@ class LinearFp8Cpu final : public Kernel {
     // (+16 floats: rows 64 bytes off a 4 KiB multiple apart, see matmul_int4_cpu.cc.)
     const int64_t ldx = gemv ? (k + 15) / 16 * 16 + 16 : k;
     const float x_mul = gemv ? 256.0f : 1.0f;
-    // Each loop below is branch-free so that it vectorizes (Fp8E4M3RoundSat is the bit-exact
-    // float value of the e4m3 rounding). Uninitialized: every element is written.
+    // QuantizeFp8Row (cpu/blocked_gemm.h) runs the amax and rounding passes in the CPU's vector
+    // width. Uninitialized: every element is written.
     std::unique_ptr<float[]> xq(new float[static_cast<size_t>(m * ldx)]);
     std::vector<float> s_x(static_cast<size_t>(m));
     const auto& table = Fp8Table();
@@ -56,21 +56,7 @@ class LinearFp8Cpu final : public Kernel {
       float* out = xq.get() + static_cast<int64_t>(row) * ldx;
       for (int64_t i = 0; i < k; ++i) out[i] = ToFloat(xr[i]);
       for (int64_t i = k; i < ldx; ++i) out[i] = 0.0f;
-      Fp8RowScale rs{1.0f / p.x_scale, p.x_scale};
-      if (!p.static_scale) {
-        // max |x| on the bit patterns (ordered like the values for non-negative floats); NaN
-        // (above infinity's pattern) is ignored, as std::fmax would.
-        // Signed 32-bit compares: SSE2 has no unsigned ones.
-        int32_t amax = 0;
-        for (int64_t i = 0; i < k; ++i) {
-          const int32_t b = static_cast<int32_t>(FloatToBits(out[i]) & 0x7FFFFFFFu);
-          const int32_t v = b > 0x7F800000 ? 0 : b;
-          amax = v > amax ? v : amax;
-        }
-        rs = DynamicFp8RowScale(BitsToFloat(static_cast<uint32_t>(amax)));
-      }
-      for (int64_t i = 0; i < k; ++i) out[i] = Fp8E4M3RoundSat(out[i] * rs.inv) * x_mul;
-      s_x[row] = rs.s_x;
+      s_x[row] = QuantizeFp8Row(out, k, !p.static_scale, 1.0f / p.x_scale, p.x_scale, x_mul);
     });
 
     // 2. Y = s_x * (xq · (w * s_w)^T) + bias.

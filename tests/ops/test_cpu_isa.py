@@ -24,6 +24,28 @@ for lead in [(3,), (2, 75)]:
         int4_case(rng, k=320, n=35, bs=32, dtype=dtype, symmetric=True, with_bias=False, lead=lead)
         fp8_check(rng, 384, 40, dtype, block_size=0, with_bias=True, lead=lead)
         fp8_check(rng, 320, 35, dtype, block_size=64, lead=lead)
+
+# Every e4m3 code in W (subnormals, zeros of both signs, +-448), K = 300: the chunks of 256 and 44
+# leave a tail of 4 codes after the 8-code groups of the AVX2 decoder; scale blocks of 16 and 32.
+from pyquant import layout, reference
+from pyquant.ops_spec import FP8_OP
+from tests.ops.graphs import fp8_model, run
+
+codes = np.arange(256, dtype=np.uint8)
+codes = codes[(codes & 0x7F) != 0x7F]  # the NaN codes: below
+for block_size in [0, 16, 32]:
+    n, k = 37, 300
+    wq = rng.choice(codes, size=(n, k)).astype(np.uint8).view(layout.FP8_DTYPE)
+    nb = 1 if block_size == 0 else -(-k // block_size)
+    ws = rng.uniform(0.5, 2.0, size=(n,) if block_size == 0 else (n, nb)).astype(np.float32)
+    x = rng.standard_normal((40, k)).astype(np.float32)
+    y = run(fp8_model(wq, ws, "float32", block_size), x)
+    y_ref, mag = reference.linear_fp8_ref(x, wq, ws, block_size, None, None)
+    reference.assert_within_limit(y, y_ref, mag, "float32", op=FP8_OP)
+    # A NaN code (0x7F or 0xFF) makes its output column NaN and leaves the others alone.
+    wq.view(np.uint8)[3, 17], wq.view(np.uint8)[20, 261] = 0x7F, 0xFF
+    y = run(fp8_model(wq, ws, "float32", block_size), x)
+    assert np.isnan(y[:, [3, 20]]).all() and np.isfinite(np.delete(y, [3, 20], axis=1)).all()
 print("ok")
 """
 

@@ -250,6 +250,38 @@ METHOD_ENV = {
         for s in (2, 4, 8)
     },
     "pyquant_fp8_nondet": {"PYQUANT_FP8_SM90_REDUCE": "nondet"},
+    # Session 23: the Hopper GEMMs split along K on narrow layers at M = 17-128, where the staged
+    # kernels are latency-bound. FP8 on its 128 x 64 cooperative tile (n64; the default M <= 64 tile
+    # is ping-pong, whose scheduler cannot split), INT4 on its default tiles (128 x 64 cooperative to
+    # M = 64); the narrow rules that send these shapes to the staged kernels are off.
+    **{
+        f"pyquant_fp8_n64s{s}": {
+            "PYQUANT_FP8_SM90_TILE": "n64",
+            "PYQUANT_FP8_SM90_MIN_M": "1",
+            "PYQUANT_FP8_SM90_DECOMP": "splitk",
+            "PYQUANT_FP8_SM90_SPLITS": str(s),
+        }
+        for s in (4, 8, 16)
+    },
+    "pyquant_fp8_n64sk": {
+        "PYQUANT_FP8_SM90_TILE": "n64",
+        "PYQUANT_FP8_SM90_MIN_M": "1",
+        "PYQUANT_FP8_SM90_DECOMP": "streamk",
+    },
+    **{
+        f"pyquant_int4_gs{s}": {
+            "PYQUANT_INT4_MID_VARIANT": "nosplit",
+            "PYQUANT_INT4_SM90_MIN_M": "1",
+            "PYQUANT_INT4_SM90_DECOMP": "splitk",
+            "PYQUANT_INT4_SM90_SPLITS": str(s),
+        }
+        for s in (4, 8, 16)
+    },
+    "pyquant_int4_gsk": {
+        "PYQUANT_INT4_MID_VARIANT": "nosplit",
+        "PYQUANT_INT4_SM90_MIN_M": "1",
+        "PYQUANT_INT4_SM90_DECOMP": "streamk",
+    },
     **{f"pyquant_fp8_sm90min{m}": {"PYQUANT_FP8_SM90_MIN_M": str(m)} for m in (17, 33, 49, 65, 129)},
     **{f"pyquant_int4_v{i}": {"PYQUANT_INT4_GEMV_VARIANT": str(i), **_PLAIN} for i in range(12)},
     # the 9 <= M <= 64 mma.sync kernel variants (matmul_int4_impl.cu, PYQUANT_INT4_MID_VARIANT)

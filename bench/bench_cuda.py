@@ -261,8 +261,13 @@ METHOD_ENV = {
             "PYQUANT_FP8_SM90_DECOMP": "splitk",
             "PYQUANT_FP8_SM90_SPLITS": str(s),
         }
-        for s in (4, 8, 16)
+        for s in (2, 4, 8, 16)
     },
+    # the narrow-layer rules of session 22 (the staged kernels up to M = 64 only), and the FP8 staged
+    # kernel pinned at every M (also where "auto" keeps the Hopper GEMM: K < 8192 with N > 512)
+    "pyquant_fp8_st64": {"PYQUANT_FP8_STAGED_MAX_M": "64"},
+    "pyquant_int4_st64": {"PYQUANT_INT4_STAGED_MAX_M": "64"},
+    "pyquant_fp8_stagedall": {"PYQUANT_FP8_GEMV": "staged", "PYQUANT_FP8_SM90_MIN_M": str(1 << 40)},
     "pyquant_fp8_n64sk": {
         "PYQUANT_FP8_SM90_TILE": "n64",
         "PYQUANT_FP8_SM90_MIN_M": "1",

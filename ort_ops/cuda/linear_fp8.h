@@ -32,9 +32,11 @@ constexpr int kFp8GemvMmaSplit = 8;
 constexpr int kFp8GemvStaged = 9;
 // Fp8Options::gemv value of "nostaged": "auto" without the staged kernel (the session-20 default).
 constexpr int kFp8GemvNoStaged = 10;
-// The M range in which "auto" runs the staged kernel on sm_90's narrow layers (Fp8StagedByDefault).
+// The M range in which "auto" runs the staged kernel on sm_90's narrow layers (Fp8StagedByDefault;
+// the upper end is Fp8Options::staged_max_m). Up to 64 one grid row of tokens; since session 23 up to
+// 256 in grid rows of 64 tokens, in place of the Hopper GEMM's few 128-channel tiles there.
 constexpr int64_t kFp8StagedMinM = 3;
-constexpr int64_t kFp8StagedMaxM = 64;
+constexpr int64_t kFp8StagedMaxM = 256;
 // ... and from M = 2 on layers with K >= kFp8StagedLongK (in place of the fused GEMV).
 constexpr int64_t kFp8StagedLongK = 8192;
 
@@ -60,7 +62,7 @@ struct Fp8Options {
   int64_t sm90_min_m_narrow = kFp8Sm90MinMNarrow;
   // PYQUANT_FP8_GEMV: small-M kernel.
   //   0 "auto": the fused GEMV (linear_fp8_gemv.h) at M <= 2 where it fits; on sm_90's narrow
-  //     layers at kFp8StagedMinM (2 where K >= kFp8StagedLongK) <= M <= kFp8StagedMaxM the staged
+  //     layers at kFp8StagedMinM (2 where K >= kFp8StagedLongK) <= M <= staged_max_m the staged
   //     kernel where Fp8StagedByDefault
   //     (linear_fp8_impl.cu) says, in place of the mma kernel and, at M > 32, of the Hopper GEMM;
   //     else "mmasplit".
@@ -76,7 +78,7 @@ struct Fp8Options {
   //     GEMV is faster there (14336 x 512, M = 1: 8.3 vs 9.2 us).
   //   9 "staged" (kFp8GemvStaged): the staged kernel (linear_fp8_staged.h: xq and W through shared
   //     memory, X loaded once per CTA for 64-128 channels, K split over sm_90 clusters) at every
-  //     M <= 64 below the Hopper GEMM, where it applies (else "mmasplit"). Written in session 20
+  //     M below the Hopper GEMM, where it applies (else "mmasplit"). Written in session 20
   //     for the long-K narrow layers at M = 17-64; part of "auto" since session 21.
   //   10 "nostaged" (kFp8GemvNoStaged): "auto" without the staged kernel (benchmarks).
   int gemv = 0;
@@ -92,6 +94,9 @@ struct Fp8Options {
   // layers at 64 tokens per CTA). Slower on an H100 (session 22: 14336 x 1024 at M = 64, 27.1 vs
   // 21.7 us; bench/results/2026-11-25-h100-s22-c16-narrow-bench-cuda.md).
   int staged_max_cluster = 8;
+  // PYQUANT_FP8_STAGED_MAX_M (benchmarks): the largest M "auto" sends to the staged kernel
+  // (kFp8StagedMaxM; 64 = the session-22 range). PYQUANT_FP8_SM90_MIN_M caps it below that M.
+  int64_t staged_max_m = kFp8StagedMaxM;
   // PYQUANT_FP8_STAGED_SHAPE (benchmarks): the staged kernel's CTA shape, 0 "auto"
   // (PlanFp8Staged), 1 "wide" (128 channels x 128 K per stage), 2 "tall" (64 x 256: twice the CTAs).
   int staged_shape = 0;

@@ -527,8 +527,8 @@ bool Fp8FastPath(const LinearFp8Problem& p) {
 
 // Where "auto" runs the staged kernel (linear_fp8_staged.h): sm_90, fp16 / bf16 output, narrow layers
 // (one row of the mma kernel's NT = 1 grid, ceil(N / 8) CTAs, leaves SMs idle, so that it splits K),
-// kFp8StagedMinM <= M <= kFp8StagedMaxM and below sm90_min_m_narrow (PYQUANT_FP8_SM90_MIN_M still
-// forces the GEMM), except at M > 32 on layers with K < 8192 and N > 512. There it replaces the
+// kFp8StagedMinM <= M <= staged_max_m (kFp8StagedMaxM; below PYQUANT_FP8_SM90_MIN_M where that is set:
+// it still forces the GEMM), except at M > 32 on layers with K < 8192 and N > 512. There it replaces the
 // mma kernel and, on N = 1024 at M > 32, the Hopper GEMM. H100, against the session-20 default
 // (bench/results/2026-11-25-h100-s21-staged-narrow-bench-cuda.md, staged65 / default / torch fp16):
 // 14336 x 1024 at M = 16 / 32 / 64: 11.0 / 13.9 / 21.9 us vs 15.4 / 17.1 / 26.5 (14.9 / 15.5 / 15.9);
@@ -538,6 +538,10 @@ bool Fp8FastPath(const LinearFp8Problem& p) {
 // From M = 3 (was 5) since session 22: at M = 3 / 4 it beat the mma kernel's split on all five
 // narrow layers (…-s22-c16-narrow-bench-cuda.md, staged / default: 14336 x 1024 10.3 vs 13.3 us,
 // 8192 x 1024 7.5 vs 9.2, 4096 x 1024 5.7 vs 6.6, 14336 x 512 8.0 vs 9.3, 4096 x 512 4.9 vs 5.1).
+// Above M = 64 (session 23, up to staged_max_m) in grid rows of 64 tokens, in place of the Hopper GEMM,
+// whose 128-channel tiles give such layers N / 128 CTAs. H200, M = 96 / 128, GEMM / torch fp16
+// (bench/results/2026-11-26-h200-s23-fp8split-narrow-bench-cuda.md): 14336 x 512 32.4 / 32.8 us
+// (10.8 / 10.4), 14336 x 1024 32.6 / 33.2 (13.5 / 14.3), 8192 x 1024 20.9 / 21.2 (12.2 / 10.7).
 // From M = 2 where K >= kFp8StagedLongK, in place of the fused GEMV (…-s22-min3-narrow-bench-cuda.md,
 // M = 2, staged / fused: 14336 x 1024 10.3 vs 13.0, 14336 x 512 8.0 vs 10.7 (torch fp16 10.1),
 // 8192 x 1024 7.6 vs 8.1; at K = 4096 the GEMV is faster: 5.2 vs 5.7, 4.2 vs 4.9). M = 1 keeps the
@@ -546,7 +550,7 @@ template <typename T>
 bool Fp8StagedByDefault(const LinearFp8Problem& p, const Fp8Options& opt) {
   if (std::is_same<T, float>::value || opt.gemv != 0) return false;
   const int64_t min_m = p.k >= kFp8StagedLongK ? 2 : kFp8StagedMinM;
-  if (p.m < min_m || p.m > kFp8StagedMaxM || p.m >= opt.sm90_min_m_narrow) return false;
+  if (p.m < min_m || p.m > opt.staged_max_m) return false;  // (PYQUANT_FP8_SM90_MIN_M caps staged_max_m)
   if (p.m > 32 && p.k < 8192 && p.n > 512) return false;
   if (!Fp8FastPath(p) || !CurrentDeviceIsSm90()) return false;
   LinearFp8Problem one_row = p;

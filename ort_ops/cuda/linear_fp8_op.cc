@@ -32,6 +32,8 @@ Fp8Options CudaFp8Options() {
   o.mma_nt = mma_nt == 1 || mma_nt == 2 || mma_nt == 4 ? mma_nt : 0;
   o.staged_max_cluster = CudaStagedMaxCluster();
   o.staged_shape = EnvChoice("PYQUANT_FP8_STAGED_SHAPE", {"auto", "wide", "tall"}, 0);
+  o.staged_max_m = EnvInt("PYQUANT_FP8_STAGED_MAX_M", static_cast<int>(kFp8StagedMaxM));
+  if (EnvValue("PYQUANT_FP8_SM90_MIN_M") != nullptr) o.staged_max_m = std::min(o.staged_max_m, o.sm90_min_m_narrow - 1);
   o.sm90_variant = EnvChoice("PYQUANT_FP8_SM90_TILE",
                              {"auto", "f128", "f256", "c2", "f256c2", "p128", "p128c2", "p64", "n64", "f192", "f192c2",
                               "c128", "o128", "o256", "o256c2", "op128", "o256s"},

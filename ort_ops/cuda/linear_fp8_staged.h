@@ -1,7 +1,8 @@
 // The staged mma kernel of LinearFp8 (linear_fp8_staged_impl.cu): quantized X and the e4m3 weights
 // through a cp.async pipeline in shared memory, the weights as mma.sync's A operand, K split over
 // sm_90 clusters; the FP8 analogue of matmul_int4_staged.h. The default on sm_90's narrow layers at
-// M = 3-64 (Fp8StagedByDefault, linear_fp8_impl.cu); PYQUANT_FP8_GEMV=staged pins it at every M <= 64.
+// M = 3-256 (Fp8StagedByDefault, linear_fp8_impl.cu; grid rows of 64 tokens above 64); PYQUANT_FP8_GEMV=staged
+// pins it below the Hopper GEMM.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,7 +34,7 @@ struct Fp8StagedProblem {
 };
 
 // T = __half / __nv_bfloat16 (the output type). cudaErrorNotSupported, nothing launched, where the
-// kernel does not apply: M > 64, K not a whole number of its 128- or 256-wide stages, block_size
+// kernel does not apply: K not a whole number of its 128- or 256-wide stages, block_size
 // neither 0 nor a power of two >= 64, xq / w not 16-byte aligned.
 // Whether LaunchFp8Staged takes this shape (the alignment aside): the dispatch asks before it
 // turns the Hopper GEMM down for it.

@@ -248,15 +248,16 @@ struct Fp8StagedPlan {
 
 Fp8StagedPlan PlanFp8Staged(const Fp8StagedProblem& p) {
   Fp8StagedPlan plan;
-  if (p.m < 1 || p.m > 64) return plan;
+  if (p.m < 1) return plan;
   if (p.block_size != 0 && (p.block_size < 64 || (p.block_size & (p.block_size - 1)) != 0)) return plan;
   plan.mt8 = p.m <= 8 ? 1 : p.m <= 16 ? 2 : p.m <= 32 ? 4 : 8;
   int dev = 0;
   const bool sm90 = CurrentDeviceIsSm90(&dev);
   const int sms = CudaSmCount(dev) > 0 ? CudaSmCount(dev) : 132;
+  const int64_t m_tiles = (p.m + 8 * plan.mt8 - 1) / (8 * plan.mt8);  // grid rows (M > 64)
   auto ctas = [&](bool tall) {
     const int rows = 16 * kNt * (tall ? 2 : 4);
-    return int64_t((p.n + rows - 1) / rows);
+    return int64_t((p.n + rows - 1) / rows) * m_tiles;
   };
   // As the INT4 kernel's auto shape (PlanInt4Staged): tall where the wide grid, split 8 ways,
   // leaves most SMs idle (at 64 tokens per CTA only where it is tiny: X re-reads).

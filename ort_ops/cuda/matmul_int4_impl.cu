@@ -605,6 +605,21 @@ bool Sm90ShapeOk(const MatMulInt4Problem& p) {
 #endif
 }
 
+// Narrow layers above M = 64 (session 23): the staged kernel in grid rows of 64 tokens. The Hopper GEMM
+// (128-channel tiles, data-parallel: N / 128 CTAs) and the tiled kernel leave most SMs idle there.
+// H200, M = 96 / 128, default before / torch fp16 (bench/results/2026-11-26-h200-s23-int4split-narrow-bench-cuda.md):
+// 14336 x 512 66.5 / 66.7 us (10.8 / 10.4), 14336 x 1024 49.8 / 50.1 (13.5 / 14.3), 8192 x 1024 44.1 / 44.2
+// (12.1 / 10.7), 4096 x 1024 26.4 / 26.7 (8.9 / 8.5). Default choices only (mid_variant -1); B row-major.
+template <typename T>
+bool StagedAboveM64(const MatMulInt4Problem& p, int mid_variant, int64_t staged_max_m) {
+  if (std::is_same<T, float>::value || mid_variant != -1 || p.m <= 64 || p.m > staged_max_m) return false;
+  if (!CurrentDeviceIsSm90() || !Aligned16(p.x) || !Aligned16(p.b) || NarrowRuleFor(p) == NarrowRule::kNone) {
+    return false;
+  }
+  const Int4Geom g = MakeInt4Geom(p.m, p.attrs);
+  return g.row_bytes == g.k / 2 && PlanInt4Staged(kInt4StagedAuto, g).ok;
+}
+
 template <typename T>
 Int4Path ChooseInt4Path(const MatMulInt4Problem& p, int64_t tiled_min_m, const Int4Sm90Prepared* sm90 = nullptr) {
   if constexpr (std::is_same<T, float>::value) {
@@ -671,11 +686,20 @@ size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m,
 template <typename T>
 cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, int64_t tiled_min_m, Int4Workspace ws,
                              const Int4Sm90Prepared* sm90, int gemv_variant, PdlMode pdl, int mid_variant, int mid_rows,
-                             int staged_max_cluster) {
+                             int staged_max_cluster, int64_t staged_max_m) {
   if (p.m == 0) return cudaSuccess;
-  Int4Path path = ChooseInt4Path<T>(p, tiled_min_m, sm90);
   // B in the shuffled order: only kernels that read it (never the portable ones below).
   const bool shuffled = sm90 != nullptr && sm90->b_in_place;
+  if constexpr (!std::is_same<T, float>::value) {
+    if (!shuffled && StagedAboveM64<T>(p, mid_variant, staged_max_m)) {
+      const cudaError_t e =
+          LaunchInt4Staged<T>(kInt4StagedAuto, Int4StagedLimits{0, staged_max_cluster}, static_cast<const T*>(p.x), p.b,
+                              static_cast<const T*>(p.scales), p.zero_points, static_cast<const T*>(p.bias),
+                              static_cast<T*>(p.y), MakeInt4Geom(p.m, p.attrs), pdl, stream);
+      if (e != cudaErrorNotSupported) return e;
+    }
+  }
+  Int4Path path = ChooseInt4Path<T>(p, tiled_min_m, sm90);
 #if PYQUANT_WITH_SM90
   if (path == Int4Path::kSm90) {
     sm90::Int4GemmArgs args = Sm90Args<T>(p, sm90);
@@ -773,7 +797,7 @@ bool MatMulInt4Sm90Candidate(const MatMulInt4Problem& p) {
 
 #define PYQUANT_INSTANTIATE(T)                                                                             \
   template cudaError_t LaunchMatMulInt4<T>(const MatMulInt4Problem&, cudaStream_t, int64_t, Int4Workspace, \
-                                           const Int4Sm90Prepared*, int, PdlMode, int, int, int);          \
+                                           const Int4Sm90Prepared*, int, PdlMode, int, int, int, int64_t); \
   template size_t MatMulInt4WorkspaceBytes<T>(const MatMulInt4Problem&, int64_t, const Int4Sm90Prepared*); \
   template cudaError_t LaunchMatMulInt4Ref<T>(const MatMulInt4Problem&, cudaStream_t);                     \
   template bool MatMulInt4Sm90Candidate<T>(const MatMulInt4Problem&);

@@ -170,6 +170,10 @@ def main() -> int:
                 n_checked += check_int4(dtype, 8192, 1000, 128, True, (40, 64))
             with knobs({"PYQUANT_STAGED_MAX_CLUSTER": "16", "PYQUANT_INT4_MID_VARIANT": "12"}):
                 n_checked += check_int4(dtype, 8192, 1000, 128, False, (40, 64))
+            # narrow layers above M = 64 (default): the staged kernel in 2 / 4 grid rows of 64 tokens
+            n_checked += check_int4(dtype, 8192, 264, 128, False, (100, 256))
+        if dtype != "float32" and "fp8" in only:
+            n_checked += check_fp8(dtype, 8192, 264, 0, (100, 256))
     print(f"memcheck_smoke: {n_checked} runs matched the reference")
     return 0
 

@@ -10,7 +10,8 @@ of pyquant.reference with docs/ops.md's error limit:
   activation scales;
 * the small-M mma.sync kernel: M <= 8 (kLow8 variant) and 9..16 (PYQUANT_FP8_GEMV=mma pins it for
   M <= 4 too); the staged kernel (linear_fp8_staged_impl.cu), the default on sm_90's narrow layers
-  at M = 3..64 and pinned at every M <= 64 (PYQUANT_FP8_GEMV=staged);
+  at M = 3..256 (grid rows of 64 tokens above 64) and pinned below the Hopper GEMM
+  (PYQUANT_FP8_GEMV=staged);
 * the Hopper CUTLASS FP8 GEMM (sm90/fp8_gemm_sm90.cu) for M > 16, per-channel scales, fp16 / bf16:
   M = 17, 64 (narrow tile), 65, 255, 256 (wide tile), 4097; N a multiple of 8 but not of 128;
   K = 16 * odd; static and dynamic activation scales; with and without bias; also forced down to
@@ -198,6 +199,25 @@ def test_fp8_default_narrow(rng, dtype, block_size, gemv, kn):
     sess = _fp8_session(model, env={"PYQUANT_FP8_GEMV": gemv} if gemv else None)
     m_list = [1, 2, 3, 4, 5, 8, 16, 17, 32, 33, 48, 64, 65]
     _check_fp8(sess, rng, m_list, k, n, dtype, w8, ws, block_size, None, bias_t)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("block_size", [0, 128])
+@pytest.mark.parametrize(
+    "env", [None, {"PYQUANT_FP8_GEMV": "staged", "PYQUANT_FP8_SM90_MIN_M": str(1 << 40)}]
+)
+@pytest.mark.parametrize("kn", [(14336, 264), (8192, 1000), (4096, 1000), (4096, 40)])
+def test_fp8_narrow_above_64(rng, dtype, block_size, env, kn):
+    """Narrow layers at M = 65..257 (session 23): by default on sm_90 the staged kernel in grid rows
+    of 64 tokens up to M = 256 (the second / third / fourth row partial at 65 / 129 / 200 / 255),
+    then the Hopper GEMM; 4096 x 1000 keeps the GEMM (K < 8192 with N > 512). Pinned (the staged
+    kernel wherever it fits, Hopper GEMM off) on all four. Other GPUs: the portable kernels."""
+    k, n = kn
+    model, w8, ws, bias_t = _fp8_case(rng, k, n, block_size, dtype, None, True)
+    sess = _fp8_session(model, env=env)
+    _check_fp8(
+        sess, rng, [65, 96, 128, 129, 200, 255, 256, 257], k, n, dtype, w8, ws, block_size, None, bias_t
+    )
 
 
 # The GEMM launch knob of linear_fp8.h: by default the Hopper GEMM follows the quantizer under PDL

@@ -112,6 +112,22 @@ def test_int4_mid_staged_cluster16(rng, variant, dtype, kn):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("max_m", [None, "64"])
+@pytest.mark.parametrize("kn", [(14336, 264), (8192, 1000), (4096, 520), (4096, 40)])
+def test_int4_staged_above_64(rng, dtype, symmetric, max_m, kn):
+    """Narrow layers at M = 65..257 (session 23): by default on sm_90 the staged kernel in grid rows
+    of 64 tokens up to M = 256 (partial last rows at 65 / 129 / 200 / 255), then the Hopper GEMM;
+    PYQUANT_INT4_STAGED_MAX_M=64: the session-22 choice (the Hopper GEMM / tiled kernel from 65).
+    Block 128, bias; other GPUs: the portable kernels."""
+    k, n = kn
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, 128, dtype, symmetric, True)
+    sess = _session(model, env={"PYQUANT_INT4_STAGED_MAX_M": max_m} if max_m else None)
+    m_list = [65, 96, 128, 129, 200, 255, 256, 257]
+    _check_int4(sess, rng, m_list, k, n, 128, dtype, b, scales_t, zp, bias_t)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("symmetric", [True, False])
 def test_int4_mid_default_wide_short_rows(rng, dtype, symmetric):
     """The default dispatch on a wide layer with short rows (K <= 4096, N >= 8192): the ring kernel
     at M = 5..16 (N = 8200: a partial 32-column tile), the Hopper GEMM (where present) from 17."""

@@ -34,9 +34,9 @@ constexpr int kFp8GemvStaged = 9;
 constexpr int kFp8GemvNoStaged = 10;
 // The M range in which "auto" runs the staged kernel on sm_90's narrow layers (Fp8StagedByDefault;
 // the upper end is Fp8Options::staged_max_m). Up to 64 one grid row of tokens; since session 23 up to
-// 256 in grid rows of 64 tokens, in place of the Hopper GEMM's few 128-channel tiles there.
+// 128 in two grid rows of 64 tokens on the narrowest layers (ceil(N / 8) <= SMs / 2).
 constexpr int64_t kFp8StagedMinM = 3;
-constexpr int64_t kFp8StagedMaxM = 256;
+constexpr int64_t kFp8StagedMaxM = 128;
 // ... and from M = 2 on layers with K >= kFp8StagedLongK (in place of the fused GEMV).
 constexpr int64_t kFp8StagedLongK = 8192;
 

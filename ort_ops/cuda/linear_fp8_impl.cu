@@ -538,10 +538,12 @@ bool Fp8FastPath(const LinearFp8Problem& p) {
 // From M = 3 (was 5) since session 22: at M = 3 / 4 it beat the mma kernel's split on all five
 // narrow layers (…-s22-c16-narrow-bench-cuda.md, staged / default: 14336 x 1024 10.3 vs 13.3 us,
 // 8192 x 1024 7.5 vs 9.2, 4096 x 1024 5.7 vs 6.6, 14336 x 512 8.0 vs 9.3, 4096 x 512 4.9 vs 5.1).
-// Above M = 64 (session 23, up to staged_max_m) in grid rows of 64 tokens, in place of the Hopper GEMM,
-// whose 128-channel tiles give such layers N / 128 CTAs. H200, M = 96 / 128, GEMM / torch fp16
-// (bench/results/2026-11-26-h200-s23-fp8split-narrow-bench-cuda.md): 14336 x 512 32.4 / 32.8 us
-// (10.8 / 10.4), 14336 x 1024 32.6 / 33.2 (13.5 / 14.3), 8192 x 1024 20.9 / 21.2 (12.2 / 10.7).
+// Above M = 64 (session 23, up to staged_max_m) in two grid rows of 64 tokens, in place of the Hopper
+// GEMM and its N / 128 CTAs, only where ceil(N / 8) <= SMs / 2 (N <= 512 on an H100 / H200): each row of
+// tokens costs about what M = 64 does. H200, µs, staged / GEMM / torch fp16
+// (bench/results/2026-11-26-h200-s23-above64-narrow-bench-cuda.md): 14336 x 512 at M = 96 / 128: 21.9 /
+// 22.1 vs 32.4 / 32.6 (10.8 / 10.4); slower at M = 256 (42.2 vs 32.3) and on N = 1024 (8192 x 1024 at
+// M = 96: 28.5 vs 20.8; 14336 x 1024: 41.5 vs 32.5).
 // From M = 2 where K >= kFp8StagedLongK, in place of the fused GEMV (…-s22-min3-narrow-bench-cuda.md,
 // M = 2, staged / fused: 14336 x 1024 10.3 vs 13.0, 14336 x 512 8.0 vs 10.7 (torch fp16 10.1),
 // 8192 x 1024 7.6 vs 8.1; at K = 4096 the GEMV is faster: 5.2 vs 5.7, 4.2 vs 4.9). M = 1 keeps the
@@ -551,6 +553,10 @@ bool Fp8StagedByDefault(const LinearFp8Problem& p, const Fp8Options& opt) {
   if (std::is_same<T, float>::value || opt.gemv != 0) return false;
   const int64_t min_m = p.k >= kFp8StagedLongK ? 2 : kFp8StagedMinM;
   if (p.m < min_m || p.m > opt.staged_max_m) return false;  // (PYQUANT_FP8_SM90_MIN_M caps staged_max_m)
+  if (p.m > 64) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || 2 * ((p.n + 7) / 8) > CudaSmCount(dev)) return false;
+  }
   if (p.m > 32 && p.k < 8192 && p.n > 512) return false;
   if (!Fp8FastPath(p) || !CurrentDeviceIsSm90()) return false;
   LinearFp8Problem one_row = p;

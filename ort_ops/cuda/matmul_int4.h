@@ -108,10 +108,12 @@ size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m 
 // staged_max_cluster: the staged kernel's largest K-split cluster, 8 or 16 (PYQUANT_STAGED_MAX_CLUSTER).
 // staged_max_m: on sm_90's narrow layers (matmul_int4_impl.cu, NarrowRuleFor) the staged kernel also
 // serves 64 < M <= staged_max_m, in grid rows of 64 tokens, ahead of the Hopper GEMM and the tiled
-// kernel (default mid_variant only; PYQUANT_INT4_STAGED_MAX_M sets it for benchmarks, 64 = off).
+// kernel (default mid_variant only; PYQUANT_INT4_STAGED_MAX_M sets it for benchmarks, 64 = off); on
+// the two-row layers (N ~ 1024) at most kInt4StagedMaxMTwoRows.
 constexpr int kInt4MidNoKSplit = -2;
 constexpr int kInt4MidNoStaged = -3;
 constexpr int64_t kInt4StagedMaxM = 256;
+constexpr int64_t kInt4StagedMaxMTwoRows = 128;
 template <typename T>
 cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, int64_t tiled_min_m = kInt4TiledMinM,
                              Int4Workspace ws = {}, const Int4Sm90Prepared* sm90 = nullptr, int gemv_variant = -1,

@@ -606,16 +606,23 @@ bool Sm90ShapeOk(const MatMulInt4Problem& p) {
 }
 
 // Narrow layers above M = 64 (session 23): the staged kernel in grid rows of 64 tokens. The Hopper GEMM
-// (128-channel tiles, data-parallel: N / 128 CTAs) and the tiled kernel leave most SMs idle there.
-// H200, M = 96 / 128, default before / torch fp16 (bench/results/2026-11-26-h200-s23-int4split-narrow-bench-cuda.md):
-// 14336 x 512 66.5 / 66.7 us (10.8 / 10.4), 14336 x 1024 49.8 / 50.1 (13.5 / 14.3), 8192 x 1024 44.1 / 44.2
-// (12.1 / 10.7), 4096 x 1024 26.4 / 26.7 (8.9 / 8.5). Default choices only (mid_variant -1); B row-major.
+// (128-channel tiles, data-parallel: N / 128 CTAs) and the tiled kernel leave most SMs idle there, but
+// each row of 64 tokens costs the staged kernel about as much as M = 64 does, so it stops where the
+// GEMM's larger tiles win back. H200, µs, staged / before / torch fp16
+// (bench/results/2026-11-26-h200-s23-above64-narrow-bench-cuda.md):
+//   K-split layers (N <= 512 here), up to kInt4StagedMaxM: 14336 x 512 at M = 96 / 128 / 256 20.9 / 20.9 /
+//   42.1 vs 66.5 / 66.2 / 49.1 (10.8 / 10.4 / 11.5);
+//   two-row layers (N ~ 1024), up to kInt4StagedMaxMTwoRows: M = 96 / 128: 8192 x 1024 29.1 / 29.1 vs
+//   43.4 / 43.3 (12.2 / 10.6), 14336 x 1024 41.4 / 41.7 vs 49.4 / 49.7, 4096 x 1024 19.1 / 19.2 vs 26.4 /
+//   26.8; at 256 slower (44.2 vs 31.8, 63.1 vs 38.3, 29.1 vs 27.9).
+// Still 2-3x torch fp16: these layers want a split-K GEMM with a cheap reduction (notes, session 23).
+// Default choices only (mid_variant -1); B row-major.
 template <typename T>
 bool StagedAboveM64(const MatMulInt4Problem& p, int mid_variant, int64_t staged_max_m) {
   if (std::is_same<T, float>::value || mid_variant != -1 || p.m <= 64 || p.m > staged_max_m) return false;
-  if (!CurrentDeviceIsSm90() || !Aligned16(p.x) || !Aligned16(p.b) || NarrowRuleFor(p) == NarrowRule::kNone) {
-    return false;
-  }
+  if (!CurrentDeviceIsSm90() || !Aligned16(p.x) || !Aligned16(p.b)) return false;
+  const NarrowRule rule = NarrowRuleFor(p);
+  if (rule == NarrowRule::kNone || (rule == NarrowRule::kTwoRows && p.m > kInt4StagedMaxMTwoRows)) return false;
   const Int4Geom g = MakeInt4Geom(p.m, p.attrs);
   return g.row_bytes == g.k / 2 && PlanInt4Staged(kInt4StagedAuto, g).ok;
 }

@@ -37,6 +37,10 @@ constexpr int kFp8GemvNoStaged = 10;
 // 128 in two grid rows of 64 tokens on the narrowest layers (ceil(N / 8) <= SMs / 2).
 constexpr int64_t kFp8StagedMinM = 3;
 constexpr int64_t kFp8StagedMaxM = 128;
+// Long-K (K >= kFp8StagedLongK) narrow layers at 64 < M <= kFp8NarrowSplitMaxM, per-channel scales:
+// the Hopper GEMM on its 128 x 64 cooperative tile with K split kFp8NarrowSplits ways (Fp8NarrowSplitK).
+constexpr int64_t kFp8NarrowSplitMaxM = 256;
+constexpr int kFp8NarrowSplits = 4;
 // ... and from M = 2 on layers with K >= kFp8StagedLongK (in place of the fused GEMV).
 constexpr int64_t kFp8StagedLongK = 8192;
 

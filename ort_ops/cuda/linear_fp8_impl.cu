@@ -459,6 +459,23 @@ bool Sm90Candidate(const LinearFp8Problem& p, const Fp8Options& opt, int* device
          p.n < (int64_t{1} << 31) && p.k < (int64_t{1} << 31) && CurrentDeviceIsSm90(device);
 }
 
+// Long-K narrow layers above M = 64 (session 23): the Hopper GEMM's default there (128-channel data-parallel
+// tiles, N / 128 CTAs) leaves most SMs idle. Its 128 x 64 cooperative tile split 4 ways along K fills them.
+// H200, split 4 / default / torch fp16, µs at M = 96 / 128 / 192 / 256
+// (bench/results/2026-11-26-h200-s23-fp8split-m96-narrow-bench-cuda.md, column n64s4): 14336 x 1024 20.4 /
+// 21.1 / 21.3 / 22.7 vs 32.6 / 33.2 / 32.1 / 32.4 (13.5 / 14.3 / 16.9 / 18.5); 8192 x 1024 17.5 / 17.7 /
+// 17.9 / 18.7 vs 20.8 / 21.2 / 20.5 / 20.7; 14336 x 512 19.9 / 20.2 / 20.6 / 21.3 vs 32.4 / 32.7 / 32.0 / 32.2
+// (the staged kernel: 21.8 / 22.0 at 96 / 128). Not at K = 4096 (4096 x 1024: 16.0 vs 14.1), nor at M <= 64
+// (the split costs ~1 µs per split in CUTLASS's ordered reduction: …-s23-fp8split-narrow-bench-cuda.md).
+// Only with the default tiles and scheduler (no PYQUANT_FP8_SM90_TILE / _DECOMP set).
+bool Fp8NarrowSplitK(const LinearFp8Problem& p, const Fp8Options& opt) {
+  if (p.m <= 64 || p.m > kFp8NarrowSplitMaxM || p.k < kFp8StagedLongK || p.block_size != 0) return false;
+  if (opt.sm90_variant != 0 || !opt.sm90_decomposition_auto || !CurrentDeviceIsSm90()) return false;
+  LinearFp8Problem one_row = p;
+  one_row.m = 1;
+  return Fp8MmaClusterSplit(one_row, 1, 1, opt.k_split_fill) > 1;  // narrow: as Fp8StagedByDefault
+}
+
 sm90::Fp8GemmArgs Sm90Args(const LinearFp8Problem& p, const uint8_t* xq, const float* s_x, int device,
                            const Fp8Options& opt) {
   sm90::Fp8GemmArgs a;
@@ -467,6 +484,11 @@ sm90::Fp8GemmArgs Sm90Args(const LinearFp8Problem& p, const uint8_t* xq, const f
   static_cast<sm90::Sm90SchedulerTuning&>(a.tune) = opt.sm90_sched;
   // auto: data-parallel tiles up to M = 256 (measured faster there), CUTLASS's heuristic above.
   if (opt.sm90_decomposition_auto) a.tune.decomposition = p.m <= 256 ? 3 : 0;
+  if (Fp8NarrowSplitK(p, opt)) {
+    a.narrow_tile = true;
+    a.tune.decomposition = 2;  // split-K, deterministic reduction
+    a.tune.splits = kFp8NarrowSplits;
+  }
   a.xq = xq;
   a.s_x = s_x;
   a.w = p.w;
@@ -540,7 +562,8 @@ bool Fp8FastPath(const LinearFp8Problem& p) {
 // 8192 x 1024 7.5 vs 9.2, 4096 x 1024 5.7 vs 6.6, 14336 x 512 8.0 vs 9.3, 4096 x 512 4.9 vs 5.1).
 // Above M = 64 (session 23, up to staged_max_m) in two grid rows of 64 tokens, in place of the Hopper
 // GEMM and its N / 128 CTAs, only where ceil(N / 8) <= SMs / 2 (N <= 512 on an H100 / H200): each row of
-// tokens costs about what M = 64 does. H200, µs, staged / GEMM / torch fp16
+// tokens costs about what M = 64 does. Not where Fp8NarrowSplitK gives the rows to the split-K GEMM
+// (K >= 8192, per-channel scales; 19.9 vs 21.8 µs on 14336 x 512 at M = 96). H200, µs, staged / GEMM / torch fp16
 // (bench/results/2026-11-26-h200-s23-above64-narrow-bench-cuda.md): 14336 x 512 at M = 96 / 128: 21.9 /
 // 22.1 vs 32.4 / 32.6 (10.8 / 10.4); slower at M = 256 (42.2 vs 32.3) and on N = 1024 (8192 x 1024 at
 // M = 96: 28.5 vs 20.8; 14336 x 1024: 41.5 vs 32.5).
@@ -553,6 +576,9 @@ bool Fp8StagedByDefault(const LinearFp8Problem& p, const Fp8Options& opt) {
   if (std::is_same<T, float>::value || opt.gemv != 0) return false;
   const int64_t min_m = p.k >= kFp8StagedLongK ? 2 : kFp8StagedMinM;
   if (p.m < min_m || p.m > opt.staged_max_m) return false;  // (PYQUANT_FP8_SM90_MIN_M caps staged_max_m)
+#if PYQUANT_WITH_SM90
+  if (Fp8NarrowSplitK(p, opt)) return false;  // the split-K Hopper GEMM above M = 64
+#endif
   if (p.m > 64) {
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || 2 * ((p.n + 7) / 8) > CudaSmCount(dev)) return false;

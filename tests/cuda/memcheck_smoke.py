@@ -173,7 +173,9 @@ def main() -> int:
             # narrow layers above M = 64 (default): the staged kernel in 2 / 4 grid rows of 64 tokens
             n_checked += check_int4(dtype, 8192, 264, 128, False, (100, 256))
         if dtype != "float32" and "fp8" in only:
-            n_checked += check_fp8(dtype, 8192, 264, 0, (100, 256))
+            n_checked += check_fp8(dtype, 8192, 264, 0, (100, 256))  # the split-K Hopper GEMM (sm_90)
+            n_checked += check_fp8(dtype, 4096, 264, 0, (100,))  # the staged kernel, two token rows
+            n_checked += check_fp8(dtype, 8192, 264, 128, (100,))  # the same, per-block scales
     print(f"memcheck_smoke: {n_checked} runs matched the reference")
     return 0
 

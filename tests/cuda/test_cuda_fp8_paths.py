@@ -208,10 +208,12 @@ def test_fp8_default_narrow(rng, dtype, block_size, gemv, kn):
 )
 @pytest.mark.parametrize("kn", [(14336, 264), (8192, 1000), (4096, 1000), (4096, 40)])
 def test_fp8_narrow_above_64(rng, dtype, block_size, env, kn):
-    """Narrow layers at M = 65..257 (session 23): by default on sm_90 the staged kernel in two grid
-    rows of 64 tokens up to M = 128 where ceil(N / 8) <= SMs / 2 (14336 x 264, 4096 x 40; the second
-    row partial at 65 / 96), then the Hopper GEMM (8192 x 1000 and 4096 x 1000 keep it). Pinned (the
-    staged kernel wherever it fits, Hopper GEMM off; partial rows at 129 / 200 / 255 too) on all four.
+    """Narrow layers at M = 65..257 (session 23), by default on sm_90: with K >= 8192 and per-channel
+    scales (14336 x 264, 8192 x 1000) the Hopper GEMM's 128 x 64 tile split 4 ways along K up to
+    M = 256; else the staged kernel in two grid rows of 64 tokens up to M = 128 where
+    ceil(N / 8) <= SMs / 2 (4096 x 40, 14336 x 264 per-block; the second row partial at 65 / 96); else
+    the Hopper GEMM's default tiles or, per-block, the mma kernel (4096 x 1000). Pinned (the staged
+    kernel wherever it fits, Hopper GEMM off; partial rows at 129 / 200 / 255 too) on all four.
     Other GPUs: the portable kernels."""
     k, n = kn
     model, w8, ws, bias_t = _fp8_case(rng, k, n, block_size, dtype, None, True)

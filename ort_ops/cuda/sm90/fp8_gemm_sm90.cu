@@ -96,6 +96,7 @@ bool MidTileFor(const Fp8GemmArgs& a) {
 
 template <typename Element, typename F>
 auto WithConfig(const Fp8GemmArgs& a, F&& f) {
+  if (a.narrow_tile) return f(Fp8Gemm<Element, NarrowTile>{});
   if (a.m <= 64) return f(Fp8Gemm<Element, SmallTile, NoCluster, Pingpong>{});
   if (a.m <= 128) return f(Fp8Gemm<Element, NarrowTile>{});
   if (MidTileFor(a)) return f(Fp8Gemm<Element, MidTile, NoCluster, Pingpong, kOverlapOneTile>{});

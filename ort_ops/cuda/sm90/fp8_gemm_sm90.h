@@ -49,6 +49,9 @@ struct Fp8GemmArgs {
   void* y = nullptr;               // [M, N] T (row-major), 16-byte aligned
   int m = 0, n = 0, k = 0;
   int device = 0;  // CUDA device ordinal of the pointers
+  // The 128 x 64 cooperative tile at any M, whose stream-K scheduler can split K (tune.decomposition
+  // = 2): the launcher's choice for long-K narrow layers at 64 < M <= 256 (linear_fp8_impl.cu).
+  bool narrow_tile = false;
   Fp8GemmTuning tune;
   Sm90LaunchControl launch;
 };

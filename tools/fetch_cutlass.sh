@@ -10,7 +10,14 @@ ver="${2:-4.2.0.0}"
 py="${PYTHON:-python3}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-"$py" -m pip download -q --no-deps --only-binary=:all: -d "$work" "nvidia-cutlass==$ver"
+pip_cmd=("$py" -m pip)
+if ! "${pip_cmd[@]}" --version > /dev/null 2>&1; then
+  # Under pip's build isolation (pip install .), PYTHONPATH points at an overlay that hides the
+  # interpreter's own site-packages, pip included: without this the fetch failed there, and the
+  # library was built without the sm_90a kernels.
+  pip_cmd=(env -u PYTHONPATH -u PYTHONNOUSERSITE "$py" -m pip)
+fi
+"${pip_cmd[@]}" download -q --no-deps --only-binary=:all: -d "$work" "nvidia-cutlass==$ver"
 whl="$(ls "$work"/nvidia_cutlass-*.whl)"
 "$py" - "$whl" "$dest" <<'PY'
 import sys, zipfile, pathlib

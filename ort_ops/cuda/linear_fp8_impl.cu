@@ -441,6 +441,14 @@ int Fp8MmaClusterSplit(const LinearFp8Problem& p, int mt, int nt, int fill) {
   return ClusterKSplitFor((ctas + fill - 1) / fill, static_cast<int>((p.k + 63) / 64), 4);
 }
 
+// A narrow layer: one row of the mma kernel's NT = 1 grid (ceil(N / 8) CTAs) leaves SMs idle, so that
+// the kernel splits K. The staged kernel's and the split-K Hopper GEMM's rules ask it.
+bool Fp8NarrowLayer(const LinearFp8Problem& p, const Fp8Options& opt) {
+  LinearFp8Problem one_row = p;
+  one_row.m = 1;
+  return Fp8MmaClusterSplit(one_row, 1, 1, opt.k_split_fill) > 1;
+}
+
 #if PYQUANT_WITH_SM90
 // The shape / type / device part of the sm90 decision (pointers are checked at launch).
 template <typename T>
@@ -471,9 +479,7 @@ bool Sm90Candidate(const LinearFp8Problem& p, const Fp8Options& opt, int* device
 bool Fp8NarrowSplitK(const LinearFp8Problem& p, const Fp8Options& opt) {
   if (p.m <= 64 || p.m > kFp8NarrowSplitMaxM || p.k < kFp8StagedLongK || p.block_size != 0) return false;
   if (opt.sm90_variant != 0 || !opt.sm90_decomposition_auto || !CurrentDeviceIsSm90()) return false;
-  LinearFp8Problem one_row = p;
-  one_row.m = 1;
-  return Fp8MmaClusterSplit(one_row, 1, 1, opt.k_split_fill) > 1;  // narrow: as Fp8StagedByDefault
+  return Fp8NarrowLayer(p, opt);
 }
 
 sm90::Fp8GemmArgs Sm90Args(const LinearFp8Problem& p, const uint8_t* xq, const float* s_x, int device,
@@ -585,9 +591,7 @@ bool Fp8StagedByDefault(const LinearFp8Problem& p, const Fp8Options& opt) {
   }
   if (p.m > 32 && p.k < 8192 && p.n > 512) return false;
   if (!Fp8FastPath(p) || !CurrentDeviceIsSm90()) return false;
-  LinearFp8Problem one_row = p;
-  one_row.m = 1;
-  if (Fp8MmaClusterSplit(one_row, 1, 1, opt.k_split_fill) <= 1) return false;  // not narrow
+  if (!Fp8NarrowLayer(p, opt)) return false;
   Fp8StagedProblem sp;
   sp.m = static_cast<int>(p.m), sp.n = static_cast<int>(p.n), sp.k = static_cast<int>(p.k);
   sp.block_size = static_cast<int>(p.block_size);

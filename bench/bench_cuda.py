@@ -73,6 +73,11 @@ Methods (fp16 activations):
                     on N <= 512 the session-20 default) (not in the default list)
   pyquant_int4_nosplit  the default without the narrow-layer rules of sessions 18 / 19 (cluster K
                     split, two-row variant 9) (PYQUANT_INT4_MID_VARIANT=nosplit) (not in the default list)
+  pyquant_{int4,fp8}_[st256|stagedall]{z1,z4,c4,c4z4,c2z8}  the staged kernels' K split caps
+                    (PYQUANT_STAGED_MAX_CLUSTER c<ks>, PYQUANT_STAGED_SPLIT_Z z<kz>:
+                    ort_ops/cuda/staged_split.h; z1 = clusters only, the session-23 split); st256:
+                    INT4's staged kernel to M = 256 on every narrow layer; stagedall: FP8's at every
+                    M (not in the default list)
   pyquant_int4_nostaged  the default without the staged kernel of session 20, i.e. the session-19
                     dispatch (PYQUANT_INT4_MID_VARIANT=nostaged) (not in the default list)
   pyquant_{int4,fp8}_nopdl / _pdllate  programmatic dependent launch off (PYQUANT_CUDA_PDL=0) / on
@@ -268,6 +273,27 @@ METHOD_ENV = {
     "pyquant_fp8_st64": {"PYQUANT_FP8_STAGED_MAX_M": "64"},
     "pyquant_int4_st64": {"PYQUANT_INT4_STAGED_MAX_M": "64"},
     "pyquant_fp8_stagedall": {"PYQUANT_FP8_GEMV": "staged", "PYQUANT_FP8_SM90_MIN_M": str(1 << 40)},
+    # The staged kernels' K split (ort_ops/cuda/staged_split.h, session 24): cluster cap c<ks> and grid
+    # split cap z<kz>; z1 = the session-23 split (clusters only). st256 / stagedall: the staged kernel
+    # also where the default sends the layer to another kernel (INT4 to M = 256 on every narrow layer;
+    # FP8 at every M).
+    **{
+        f"pyquant_{op}_{pre}{name}": {**pre_env, **split_env}
+        for op, pre, pre_env in (
+            ("int4", "", {}),
+            ("fp8", "", {}),
+            ("int4", "st256", {"PYQUANT_INT4_STAGED_MAX_M": "256"}),
+            ("fp8", "stagedall", {"PYQUANT_FP8_GEMV": "staged", "PYQUANT_FP8_SM90_MIN_M": str(1 << 40)}),
+        )
+        for name, split_env in (
+            ("z1", {"PYQUANT_STAGED_SPLIT_Z": "1"}),
+            ("z4", {"PYQUANT_STAGED_SPLIT_Z": "4"}),
+            ("c4", {"PYQUANT_STAGED_MAX_CLUSTER": "4"}),
+            ("c4z4", {"PYQUANT_STAGED_MAX_CLUSTER": "4", "PYQUANT_STAGED_SPLIT_Z": "4"}),
+            ("c2z8", {"PYQUANT_STAGED_MAX_CLUSTER": "2", "PYQUANT_STAGED_SPLIT_Z": "8"}),
+        )
+    },
+    "pyquant_int4_st256": {"PYQUANT_INT4_STAGED_MAX_M": "256"},
     "pyquant_fp8_n64sk": {
         "PYQUANT_FP8_SM90_TILE": "n64",
         "PYQUANT_FP8_SM90_MIN_M": "1",

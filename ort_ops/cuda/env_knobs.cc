@@ -27,6 +27,15 @@ int EnvChoice(const char* name, std::initializer_list<const char*> names, int df
   return (*v >= '0' && *v <= '9') ? static_cast<int>(std::strtol(v, nullptr, 10)) : dflt;
 }
 
+StagedSplitLimits CudaStagedSplitLimits() {
+  StagedSplitLimits l;
+  const int c = EnvInt("PYQUANT_STAGED_MAX_CLUSTER", l.max_cluster);
+  if (c == 1 || c == 2 || c == 4 || c == 8 || c == 16) l.max_cluster = c;
+  const int z = EnvInt("PYQUANT_STAGED_SPLIT_Z", l.max_kz);
+  if (z == 1 || z == 2 || z == 4 || z == 8) l.max_kz = z;
+  return l;
+}
+
 sm90::Sm90SchedulerTuning ReadSm90SchedulerTuning(const char* prefix, bool* decomposition_auto) {
   const std::string p(prefix);
   sm90::Sm90SchedulerTuning t;

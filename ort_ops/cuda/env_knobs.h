@@ -5,6 +5,7 @@
 #include <initializer_list>
 
 #include "cuda/sm90/launch_control.h"
+#include "cuda/staged_split.h"
 
 namespace pyquant {
 
@@ -14,9 +15,11 @@ const char* EnvValue(const char* name);
 int EnvInt(const char* name, int dflt);
 // Index of the value of `name` in `names` (also accepted: the index as a number), else dflt.
 int EnvChoice(const char* name, std::initializer_list<const char*> names, int dflt);
-// PYQUANT_STAGED_MAX_CLUSTER: the largest cluster of the staged kernels' K split (both ops;
-// staged_common.cuh StagedClusterSplit): 16 if so set, else 8.
-inline int CudaStagedMaxCluster() { return EnvInt("PYQUANT_STAGED_MAX_CLUSTER", 8) == 16 ? 16 : 8; }
+// The staged kernels' K split caps (both ops; staged_split.h):
+//   PYQUANT_STAGED_MAX_CLUSTER: the largest cluster (StagedClusterSplit), 1 / 2 / 4 / 8 / 16, else 8;
+//   PYQUANT_STAGED_SPLIT_Z: the largest grid split (StagedGridSplitFor), 1 (none) / 2 / 4 / 8, else
+//   the default StagedSplitLimits::max_kz.
+StagedSplitLimits CudaStagedSplitLimits();
 
 // The Hopper GEMM scheduler knobs under one prefix (e.g. "PYQUANT_INT4_SM90"):
 //   <prefix>_DECOMP   auto | streamk | splitk | dp | heuristic   (Sm90SchedulerTuning::decomposition

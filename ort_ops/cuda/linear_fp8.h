@@ -8,6 +8,7 @@
 
 #include "cuda/pdl.h"
 #include "cuda/sm90/launch_control.h"
+#include "cuda/staged_split.h"
 #include "ops/linear_fp8.h"
 
 namespace pyquant {
@@ -93,11 +94,11 @@ struct Fp8Options {
   // X is re-read from L2 ceil(N / 8 NT) times). 0 "auto": 4 on sm_90 for K >= 8192 with N >= 1024
   // or M > 32, else 1 (Fp8MmaNt); 1 / 2 / 4.
   int mma_nt = 0;
-  // PYQUANT_STAGED_MAX_CLUSTER (both ops; benchmarks): the largest cluster of the staged kernel's K
-  // split, 8 (default, the portable size) or 16 (sm_90's non-portable size: twice the CTAs on narrow
-  // layers at 64 tokens per CTA). Slower on an H100 (session 22: 14336 x 1024 at M = 64, 27.1 vs
-  // 21.7 us; bench/results/2026-11-25-h100-s22-c16-narrow-bench-cuda.md).
-  int staged_max_cluster = 8;
+  // PYQUANT_STAGED_MAX_CLUSTER / PYQUANT_STAGED_SPLIT_Z (both ops; benchmarks): the staged kernel's
+  // K split caps (staged_split.h). A cluster of 16 (sm_90's non-portable size) was slower on an
+  // H100 (session 22: 14336 x 1024 at M = 64, 27.1 vs 21.7 us;
+  // bench/results/2026-11-25-h100-s22-c16-narrow-bench-cuda.md).
+  StagedSplitLimits staged_split;
   // PYQUANT_FP8_STAGED_MAX_M (benchmarks): the largest M "auto" sends to the staged kernel
   // (kFp8StagedMaxM; 64 = the session-22 range). PYQUANT_FP8_SM90_MIN_M caps it below that M.
   int64_t staged_max_m = kFp8StagedMaxM;

@@ -692,7 +692,7 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
         sp.m = g.m, sp.n = g.n, sp.k = g.k;
         sp.block_size = static_cast<int>(p.block_size);
         sp.n_scale_blocks = g.n_scale_blocks;
-        sp.max_cluster = opt.staged_max_cluster;
+        sp.split = opt.staged_split;
         sp.shape = opt.staged_shape;
         const cudaError_t e = LaunchFp8Staged<T>(sp, pdl, stream);
         if (e != cudaErrorNotSupported) return e != cudaSuccess ? e : cudaGetLastError();

@@ -30,7 +30,7 @@ Fp8Options CudaFp8Options() {
   o.k_split_fill = std::max(1, std::min(8, EnvInt("PYQUANT_FP8_KSPLIT_FILL", 1)));
   const int mma_nt = EnvInt("PYQUANT_FP8_MMA_NT", 0);  // "auto" (not a number) -> 0
   o.mma_nt = mma_nt == 1 || mma_nt == 2 || mma_nt == 4 ? mma_nt : 0;
-  o.staged_max_cluster = CudaStagedMaxCluster();
+  o.staged_split = CudaStagedSplitLimits();
   o.staged_shape = EnvChoice("PYQUANT_FP8_STAGED_SHAPE", {"auto", "wide", "tall"}, 0);
   o.staged_max_m = EnvInt("PYQUANT_FP8_STAGED_MAX_M", static_cast<int>(kFp8StagedMaxM));
   if (EnvValue("PYQUANT_FP8_SM90_MIN_M") != nullptr) o.staged_max_m = std::min(o.staged_max_m, o.sm90_min_m_narrow - 1);

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "cuda/pdl.h"
+#include "cuda/staged_split.h"
 
 namespace pyquant {
 
@@ -26,8 +27,8 @@ struct Fp8StagedProblem {
   int m = 0, n = 0, k = 0;
   int block_size = 0;
   int n_scale_blocks = 1;
-  // Largest cluster splitting K: 8 (portable) or 16 (Fp8Options::staged_max_cluster).
-  int max_cluster = 8;
+  // The largest cluster and grid split of K (Fp8Options::staged_split; staged_split.h).
+  StagedSplitLimits split;
   // CTA shape: kInt4StagedAuto / Wide / Tall (matmul_int4_staged.h; the INT4 kernel's same three
   // choices), from Fp8Options::staged_shape.
   int shape = 0;

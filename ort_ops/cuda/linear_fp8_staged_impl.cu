@@ -49,6 +49,7 @@
 #include "cuda/matmul_int4_shuffled_impl.cuh"
 #include "cuda/matmul_int4_staged.h"  // kInt4StagedAuto / Wide / Tall, the shapes of both ops
 #include "cuda/staged_common.cuh"
+#include "cuda/staged_split.h"
 
 namespace pyquant {
 
@@ -80,13 +81,14 @@ struct Fp8StagedShape {
 __device__ __forceinline__ uint32_t Lo2(uint32_t w) { return Fp8x2ToHalf2(w & 0xFFFFu); }
 __device__ __forceinline__ uint32_t Hi2(uint32_t w) { return Fp8x2ToHalf2(w >> 16); }
 
-// grid = (ceil(N / kRows) * ks, ceil(M / kTokens)), cluster (ks, 1, 1) (ks > 1 on sm_90 only),
-// block kThreads, dynamic shared memory kSmem. Arguments: Fp8StagedProblem's, bias / y as T.
+// grid = (ceil(N / kRows) * ks, ceil(M / kTokens), gs.kz), cluster (ks, 1, 1) (ks > 1 on sm_90 only),
+// block kThreads, dynamic shared memory kSmem. Arguments: Fp8StagedProblem's, bias / y as T. K is
+// split into ks * gs.kz parts (staged_split.h): part blockIdx.z * ks + rank.
 template <typename T, int MT8, int NT, int WN, int WK, int kStages, bool kBlock, int kMinBlocks>
 __global__ void __launch_bounds__(32 * WN * WK, kMinBlocks)
     fp8_staged_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ s_x, const uint8_t* __restrict__ w,
                       const float* __restrict__ w_scale, const T* __restrict__ bias, T* __restrict__ y, int m, int n,
-                      int k, int bs_log2, int n_scale_blocks, int ks, bool weights_early) {
+                      int k, int bs_log2, int n_scale_blocks, int ks, StagedGridSplit gs, bool weights_early) {
   using S = Fp8StagedShape<MT8, NT, WN, WK, kStages>;
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -95,9 +97,8 @@ __global__ void __launch_bounds__(32 * WN * WK, kMinBlocks)
   const int rank = static_cast<int>(blockIdx.x % ks);
   const int row0 = static_cast<int>(blockIdx.x / ks) * S::kRows;  // the CTA's first channel
   const int m0 = blockIdx.y * S::kTokens;
-  const int stages = k / S::kStageK;
-  const int s_begin = static_cast<int>((int64_t(stages) * rank) / ks);
-  const int n_my = static_cast<int>((int64_t(stages) * (rank + 1)) / ks) - s_begin;
+  const StagedStageRange part = StagedPartStages(k / S::kStageK, blockIdx.z * ks + rank, ks * gs.kz);
+  const int s_begin = part.begin, n_my = part.count;
 
   auto w_stage = [&](int slot) { return smem + slot * S::kStageBytes; };
   auto x_stage = [&](int slot) { return smem + slot * S::kStageBytes + S::kWBytes; };
@@ -225,7 +226,8 @@ __global__ void __launch_bounds__(32 * WN * WK, kMinBlocks)
   StagedMainLoop(n_my, sc0, sc1, step);  // staged_common.cuh
 
   // The k-warps' and the cluster ranks' partial tiles added, scales, bias, store (staged_common.cuh).
-  StagedReduceStore<NT, MT8, WN, WK, S::kThreads>(acc, smem, ks, rank, [&](int tok, int row, float v) {
+  const StagedTileAt at{m, n, m0, row0};
+  StagedReduceStore<NT, MT8, WN, WK, S::kThreads>(acc, smem, ks, rank, gs, at, [&](int tok, int row, float v) {
     const int c = row0 + row;
     if (m0 + tok >= m || c >= n) return;
     if (!kBlock) v *= w_scale[c];
@@ -244,6 +246,7 @@ struct Fp8StagedPlan {
   int mt8 = 1;  // 8-token tiles per CTA: 1, 2, 4, 8 by M
   bool tall = false;
   int ks = 1;  // CTAs per cluster splitting K (sm_90 only)
+  int kz = 1;  // groups along grid.z splitting K further (staged_split.h)
 };
 
 Fp8StagedPlan PlanFp8Staged(const Fp8StagedProblem& p) {
@@ -270,13 +273,14 @@ Fp8StagedPlan PlanFp8Staged(const Fp8StagedProblem& p) {
   }
   const int stages = p.k / (64 * (plan.tall ? 4 : 2));
   // The K split (StagedClusterSplit): >= 1.5 CTAs per SM, each rank >= 2 stages.
-  plan.ks = sm90 && kSm90Build ? StagedClusterSplit(ctas(plan.tall), stages, sms, p.max_cluster) : 1;
+  plan.ks = sm90 && kSm90Build ? StagedClusterSplit(ctas(plan.tall), stages, sms, p.split.max_cluster) : 1;
+  plan.kz = StagedGridSplitFor(ctas(plan.tall), plan.ks, stages, sms, p.split.max_kz);
   plan.ok = true;
   return plan;
 }
 
 template <typename T, int MT8, int WN, int WK, bool kBlock>
-cudaError_t LaunchShape(const Fp8StagedProblem& p, int ks, PdlMode pdl, cudaStream_t stream) {
+cudaError_t LaunchShape(const Fp8StagedProblem& p, int ks, int kz, PdlMode pdl, cudaStream_t stream) {
   constexpr int kStages = 4;
   using S = Fp8StagedShape<MT8, kNt, WN, WK, kStages>;
   // Two CTAs (16 warps) per SM where the shared memory allows and the accumulators fit 128 registers.
@@ -284,22 +288,25 @@ cudaError_t LaunchShape(const Fp8StagedProblem& p, int ks, PdlMode pdl, cudaStre
   auto kernel = fp8_staged_kernel<T, MT8, kNt, WN, WK, kStages, kBlock, kMinBlocks>;
   static StagedLaunchFlags attributes_set;  // over 48 KB of dynamic shared memory, clusters of 16
   if (const cudaError_t e = PrepareStagedLaunch(kernel, S::kSmem, ks, attributes_set); e != cudaSuccess) return e;
-  const dim3 grid = StagedGrid(p.n, p.m, S::kRows, S::kTokens, ks);
+  // The grid split's buffers: one counter per CTA of the first two grid dimensions.
+  const dim3 xy = StagedGrid(p.n, p.m, S::kRows, S::kTokens, ks);
+  const StagedGridSplit gs = StagedSplitBuffers(stream, kz, p.m, p.n, size_t(xy.x) * xy.y);
+  const dim3 grid(xy.x, xy.y, gs.kz);
   const int bs_log2 = CeilLog2(p.block_size);  // 0 for per-channel scales (block_size 0)
   return LaunchWithPdlCluster(kernel, grid, dim3(S::kThreads), S::kSmem, static_cast<unsigned>(ks), stream, pdl.launch,
                               p.xq, p.s_x, p.w, p.w_scale, static_cast<const T*>(p.bias), static_cast<T*>(p.y), p.m,
-                              p.n, p.k, bs_log2, p.n_scale_blocks, ks, pdl.weights_early);
+                              p.n, p.k, bs_log2, p.n_scale_blocks, ks, gs, pdl.weights_early);
 }
 
 template <typename T, int MT8>
 cudaError_t LaunchTokens(const Fp8StagedProblem& p, const Fp8StagedPlan& plan, PdlMode pdl, cudaStream_t stream) {
   const bool block = p.block_size != 0;
   if (plan.tall) {
-    return block ? LaunchShape<T, MT8, 2, 4, true>(p, plan.ks, pdl, stream)
-                 : LaunchShape<T, MT8, 2, 4, false>(p, plan.ks, pdl, stream);
+    return block ? LaunchShape<T, MT8, 2, 4, true>(p, plan.ks, plan.kz, pdl, stream)
+                 : LaunchShape<T, MT8, 2, 4, false>(p, plan.ks, plan.kz, pdl, stream);
   }
-  return block ? LaunchShape<T, MT8, 4, 2, true>(p, plan.ks, pdl, stream)
-               : LaunchShape<T, MT8, 4, 2, false>(p, plan.ks, pdl, stream);
+  return block ? LaunchShape<T, MT8, 4, 2, true>(p, plan.ks, plan.kz, pdl, stream)
+               : LaunchShape<T, MT8, 4, 2, false>(p, plan.ks, plan.kz, pdl, stream);
 }
 
 }  // namespace

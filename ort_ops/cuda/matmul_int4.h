@@ -6,6 +6,7 @@
 
 #include "cuda/pdl.h"
 #include "cuda/sm90/launch_control.h"
+#include "cuda/staged_split.h"
 #include "ops/matmul_int4.h"
 
 namespace pyquant {
@@ -105,7 +106,7 @@ size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m 
 // default without the staged kernel (the session-19 choice; benchmarks).
 // mid_rows: the M rows one CTA of that kernel covers at 33 <= M <= 64: 64 (MT = 4 m16 tiles, one grid
 // row), 32 (MT = 2, two grid rows), 0 = the default choice.
-// staged_max_cluster: the staged kernel's largest K-split cluster, 8 or 16 (PYQUANT_STAGED_MAX_CLUSTER).
+// staged_split: the staged kernel's K split caps (PYQUANT_STAGED_MAX_CLUSTER / _SPLIT_Z; staged_split.h).
 // staged_max_m: on sm_90's narrow layers (matmul_int4_impl.cu, NarrowRuleFor) the staged kernel also
 // serves 64 < M <= staged_max_m, in grid rows of 64 tokens, ahead of the Hopper GEMM and the tiled
 // kernel (default mid_variant only; PYQUANT_INT4_STAGED_MAX_M sets it for benchmarks, 64 = off); on
@@ -117,8 +118,8 @@ constexpr int64_t kInt4StagedMaxMTwoRows = 128;
 template <typename T>
 cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, int64_t tiled_min_m = kInt4TiledMinM,
                              Int4Workspace ws = {}, const Int4Sm90Prepared* sm90 = nullptr, int gemv_variant = -1,
-                             PdlMode pdl = {}, int mid_variant = -1, int mid_rows = 0, int staged_max_cluster = 8,
-                             int64_t staged_max_m = kInt4StagedMaxM);
+                             PdlMode pdl = {}, int mid_variant = -1, int mid_rows = 0,
+                             StagedSplitLimits staged_split = {}, int64_t staged_max_m = kInt4StagedMaxM);
 
 // True when this build has the sm90 GEMM, the current device is compute capability 9.0, and the
 // problem's shape / type / block size suit it (pointers aside): worth preparing for.

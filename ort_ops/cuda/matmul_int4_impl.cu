@@ -622,7 +622,9 @@ bool StagedAboveM64(const MatMulInt4Problem& p, int mid_variant, int64_t staged_
   if (std::is_same<T, float>::value || mid_variant != -1 || p.m <= 64 || p.m > staged_max_m) return false;
   if (!CurrentDeviceIsSm90() || !Aligned16(p.x) || !Aligned16(p.b)) return false;
   const NarrowRule rule = NarrowRuleFor(p);
-  if (rule == NarrowRule::kNone || (rule == NarrowRule::kTwoRows && p.m > kInt4StagedMaxMTwoRows)) return false;
+  // A PYQUANT_INT4_STAGED_MAX_M other than the default applies to both kinds of layer (benchmarks).
+  const int64_t two_rows_max = staged_max_m == kInt4StagedMaxM ? kInt4StagedMaxMTwoRows : staged_max_m;
+  if (rule == NarrowRule::kNone || (rule == NarrowRule::kTwoRows && p.m > two_rows_max)) return false;
   const Int4Geom g = MakeInt4Geom(p.m, p.attrs);
   return g.row_bytes == g.k / 2 && PlanInt4Staged(kInt4StagedAuto, g).ok;
 }
@@ -693,14 +695,14 @@ size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m,
 template <typename T>
 cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, int64_t tiled_min_m, Int4Workspace ws,
                              const Int4Sm90Prepared* sm90, int gemv_variant, PdlMode pdl, int mid_variant, int mid_rows,
-                             int staged_max_cluster, int64_t staged_max_m) {
+                             StagedSplitLimits staged_split, int64_t staged_max_m) {
   if (p.m == 0) return cudaSuccess;
   // B in the shuffled order: only kernels that read it (never the portable ones below).
   const bool shuffled = sm90 != nullptr && sm90->b_in_place;
   if constexpr (!std::is_same<T, float>::value) {
     if (!shuffled && StagedAboveM64<T>(p, mid_variant, staged_max_m)) {
       const cudaError_t e =
-          LaunchInt4Staged<T>(kInt4StagedAuto, Int4StagedLimits{0, staged_max_cluster}, static_cast<const T*>(p.x), p.b,
+          LaunchInt4Staged<T>(kInt4StagedAuto, Int4StagedLimits{0, staged_split}, static_cast<const T*>(p.x), p.b,
                               static_cast<const T*>(p.scales), p.zero_points, static_cast<const T*>(p.bias),
                               static_cast<T*>(p.y), MakeInt4Geom(p.m, p.attrs), pdl, stream);
       if (e != cudaErrorNotSupported) return e;
@@ -728,7 +730,7 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
     const T* s = static_cast<const T*>(p.scales);
     const T* bias = static_cast<const T*>(p.bias);
     T* y = static_cast<T*>(p.y);
-    const Int4StagedLimits staged{0, staged_max_cluster};  // tokens per CTA by M
+    const Int4StagedLimits staged{0, staged_split};  // tokens per CTA by M
     switch (path) {
       case Int4Path::kSmallM8:
         // A pinned mid variant also serves M = 5..8 (benchmarks); by default the ring kernel does on wide
@@ -766,7 +768,7 @@ cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, in
             (mid_rows == 32 || (mid_rows == 0 && MidDefault(mid_variant) && NarrowRuleFor(p) == NarrowRule::kKSplit));
         if (rows == 32 || staged_rows32) {
           LaunchMidVariant<T, 2>(v, x, p.b, s, p.zero_points, bias, y, g, pdl, stream,
-                                 Int4StagedLimits{staged_rows32 ? 32 : 0, staged_max_cluster});
+                                 Int4StagedLimits{staged_rows32 ? 32 : 0, staged_split});
         } else {
           LaunchMidVariant<T, 4>(v, x, p.b, s, p.zero_points, bias, y, g, pdl, stream, staged);
         }
@@ -802,11 +804,12 @@ bool MatMulInt4Sm90Candidate(const MatMulInt4Problem& p) {
   return Sm90ShapeOk<T>(p);
 }
 
-#define PYQUANT_INSTANTIATE(T)                                                                             \
-  template cudaError_t LaunchMatMulInt4<T>(const MatMulInt4Problem&, cudaStream_t, int64_t, Int4Workspace, \
-                                           const Int4Sm90Prepared*, int, PdlMode, int, int, int, int64_t); \
-  template size_t MatMulInt4WorkspaceBytes<T>(const MatMulInt4Problem&, int64_t, const Int4Sm90Prepared*); \
-  template cudaError_t LaunchMatMulInt4Ref<T>(const MatMulInt4Problem&, cudaStream_t);                     \
+#define PYQUANT_INSTANTIATE(T)                                                                                 \
+  template cudaError_t LaunchMatMulInt4<T>(const MatMulInt4Problem&, cudaStream_t, int64_t, Int4Workspace,     \
+                                           const Int4Sm90Prepared*, int, PdlMode, int, int, StagedSplitLimits, \
+                                           int64_t);                                                           \
+  template size_t MatMulInt4WorkspaceBytes<T>(const MatMulInt4Problem&, int64_t, const Int4Sm90Prepared*);     \
+  template cudaError_t LaunchMatMulInt4Ref<T>(const MatMulInt4Problem&, cudaStream_t);                         \
   template bool MatMulInt4Sm90Candidate<T>(const MatMulInt4Problem&);
 PYQUANT_INSTANTIATE(float)
 PYQUANT_INSTANTIATE(__half)

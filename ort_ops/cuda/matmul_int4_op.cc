@@ -52,7 +52,7 @@ class MatMulInt4Cuda final : public Kernel {
         gemv_variant_(CudaInt4GemvVariant()),
         mid_variant_(CudaInt4MidVariant()),
         mid_rows_(CudaInt4MidRows()),
-        staged_max_cluster_(CudaStagedMaxCluster()),
+        staged_split_(CudaStagedSplitLimits()),
         staged_max_m_(EnvInt("PYQUANT_INT4_STAGED_MAX_M", static_cast<int>(kInt4StagedMaxM))) {
     CheckMatMulInt4Constants(info, attrs_, kType);
     // The sm90 GEMM's transposed scales / zeros are derived once, so only from constant inputs
@@ -109,7 +109,7 @@ class MatMulInt4Cuda final : public Kernel {
     const bool weights_constant = b_constant_ && scales_constant_ && (p.zero_points == nullptr || zp_constant_);
     const PdlMode pdl = MakePdlMode(pdl_setting_, weights_constant);
     ThrowOnCudaError(LaunchMatMulInt4<T>(p, stream, tiled_min_m_, ws, sm90, gemv_variant_, pdl, mid_variant_, mid_rows_,
-                                         staged_max_cluster_, staged_max_m_),
+                                         staged_split_, staged_max_m_),
                      "MatMulInt4 kernel launch");
   }
 
@@ -244,8 +244,8 @@ class MatMulInt4Cuda final : public Kernel {
   int gemv_variant_;
   int mid_variant_;
   int mid_rows_;
-  int staged_max_cluster_;  // PYQUANT_STAGED_MAX_CLUSTER
-  int64_t staged_max_m_;    // PYQUANT_INT4_STAGED_MAX_M (LaunchMatMulInt4's staged_max_m)
+  StagedSplitLimits staged_split_;  // PYQUANT_STAGED_MAX_CLUSTER / _SPLIT_Z
+  int64_t staged_max_m_;            // PYQUANT_INT4_STAGED_MAX_M (LaunchMatMulInt4's staged_max_m)
   bool scales_constant_ = false;
   bool zp_constant_ = false;
   bool b_constant_ = false;

@@ -7,6 +7,7 @@
 
 #include "cuda/matmul_int4_impl.cuh"
 #include "cuda/pdl.h"
+#include "cuda/staged_split.h"
 
 namespace pyquant {
 
@@ -22,15 +23,17 @@ struct Int4StagedPlan {
   int mt8 = 1;        // 8-token tiles per CTA: 1, 2, 4, 8 by M (grid.y covers the rest)
   bool tall = false;  // the 2 x 4 warp grid
   int ks = 1;         // CTAs per cluster splitting K (sm_90 only)
+  int kz = 1;         // groups along grid.z splitting K further (staged_split.h)
 };
 // Caps on the plan (LaunchMatMulInt4's choices):
 //   max_tokens: 0 = the tokens per CTA follow M (8 / 16 / 32 / 64 for M <= 8 / 16 / 32 / 64); 8, 16 or 32
 //     caps them (grid.y then covers M in several rows): 32 at M = 33-64 on the K-split layers
 //     (N <= 512) by default, and wherever PYQUANT_INT4_MID_ROWS=32 asks;
-//   max_cluster: the largest cluster splitting K, 8 or 16 (PYQUANT_STAGED_MAX_CLUSTER; StagedClusterSplit).
+//   split: the largest cluster and grid split of K (PYQUANT_STAGED_MAX_CLUSTER / _SPLIT_Z;
+//     StagedClusterSplit, StagedGridSplitFor).
 struct Int4StagedLimits {
   int max_tokens = 0;
-  int max_cluster = 8;
+  StagedSplitLimits split;
 };
 Int4StagedPlan PlanInt4Staged(int shape, const cuda_detail::Int4Geom& g, Int4StagedLimits lim = {});
 

@@ -57,6 +57,7 @@
 #include "cuda/matmul_int4_shuffled_impl.cuh"
 #include "cuda/matmul_int4_staged.h"
 #include "cuda/staged_common.cuh"
+#include "cuda/staged_split.h"
 
 namespace pyquant {
 
@@ -112,13 +113,14 @@ struct StagedScales {
 };
 
 // x [M, K] T, b [N, K / 2] (row-major, row_bytes = K / 2), scales [N, nb] T, zp [N, zp_row_bytes]
-// or nullptr, bias [N] T or nullptr, y [M, N] T. grid = (ceil(N / kRows) * kS, ceil(M / (8 MT8))),
+// or nullptr, bias [N] T or nullptr, y [M, N] T. grid = (ceil(N / kRows) * kS, ceil(M / (8 MT8)), gs.kz),
 // cluster (ks, 1, 1) (ks = 1: none; > 1 on sm_90 only), block kThreads, dynamic shared memory kSmem.
+// K is split into ks * gs.kz parts (staged_split.h): part blockIdx.z * ks + rank.
 template <typename T, int MT8, int NT, int WN, int WK, int kStages, bool kAsym, int kMinBlocks>
 __global__ void __launch_bounds__(32 * WN * WK, kMinBlocks)
     int4_staged_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
                        const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
-                       int ks, bool weights_early) {
+                       int ks, StagedGridSplit gs, bool weights_early) {
   using S = StagedShape<MT8, NT, WN, WK, kStages>;
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -127,9 +129,8 @@ __global__ void __launch_bounds__(32 * WN * WK, kMinBlocks)
   const int rank = static_cast<int>(blockIdx.x % ks);
   const int row0 = static_cast<int>(blockIdx.x / ks) * S::kRows;  // the CTA's first weight row
   const int m0 = blockIdx.y * S::kTokens;
-  const int stages = g.k / S::kStageK;
-  const int s_begin = static_cast<int>((int64_t(stages) * rank) / ks);
-  const int n_my = static_cast<int>((int64_t(stages) * (rank + 1)) / ks) - s_begin;
+  const StagedStageRange part = StagedPartStages(g.k / S::kStageK, blockIdx.z * ks + rank, ks * gs.kz);
+  const int s_begin = part.begin, n_my = part.count;
   const int64_t row_bytes = g.k / 2;
 
   auto w_stage = [&](int slot) { return smem + slot * S::kStageBytes; };
@@ -283,7 +284,8 @@ __global__ void __launch_bounds__(32 * WN * WK, kMinBlocks)
   StagedMainLoop(n_my, sc0, sc1, step);  // staged_common.cuh
 
   // The k-warps' and the cluster ranks' partial tiles added, bias, store (staged_common.cuh).
-  StagedReduceStore<NT, MT8, WN, WK, S::kThreads>(acc, smem, ks, rank, [&](int tok, int row, float v) {
+  const StagedTileAt at{g.m, g.n, m0, row0};
+  StagedReduceStore<NT, MT8, WN, WK, S::kThreads>(acc, smem, ks, rank, gs, at, [&](int tok, int row, float v) {
     if (m0 + tok >= g.m || row0 + row >= g.n) return;
     if (bias) v += LoadF(bias, row0 + row);
     y[int64_t(m0 + tok) * g.n + row0 + row] = StoreT<T>(v);
@@ -291,8 +293,8 @@ __global__ void __launch_bounds__(32 * WN * WK, kMinBlocks)
 }
 
 template <typename T, int MT8, int NT, int WN, int WK, bool kAsym>
-cudaError_t LaunchStaged(int ks, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
-                         const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
+cudaError_t LaunchStaged(int ks, int kz, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias,
+                         T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   constexpr int kStages = 4;
   using S = StagedShape<MT8, NT, WN, WK, kStages>;
   // Two CTAs (16 warps) per SM where the shared memory allows and the accumulators fit 128 registers.
@@ -300,9 +302,12 @@ cudaError_t LaunchStaged(int ks, const T* x, const uint8_t* b, const T* s, const
   auto kernel = int4_staged_kernel<T, MT8, NT, WN, WK, kStages, kAsym, kMinBlocks>;
   static StagedLaunchFlags attributes_set;  // over 48 KB of dynamic shared memory, clusters of 16
   if (const cudaError_t e = PrepareStagedLaunch(kernel, S::kSmem, ks, attributes_set); e != cudaSuccess) return e;
-  const dim3 grid = StagedGrid(g.n, g.m, S::kRows, S::kTokens, ks);
+  // The grid split's buffers: one counter per CTA of the first two grid dimensions.
+  const dim3 xy = StagedGrid(g.n, g.m, S::kRows, S::kTokens, ks);
+  const StagedGridSplit gs = StagedSplitBuffers(stream, kz, g.m, g.n, size_t(xy.x) * xy.y);
+  const dim3 grid(xy.x, xy.y, gs.kz);
   return LaunchWithPdlCluster(kernel, grid, dim3(S::kThreads), S::kSmem, static_cast<unsigned>(ks), stream, pdl.launch,
-                              x, b, s, zp, bias, y, g, ks, pdl.weights_early);
+                              x, b, s, zp, bias, y, g, ks, gs, pdl.weights_early);
 }
 
 // The column tiles per warp at MT8 token tiles: 4 up to 16 tokens, else 2 (accumulators).
@@ -313,11 +318,11 @@ cudaError_t LaunchStagedShape(const Int4StagedPlan& plan, const T* x, const uint
                               const T* bias, T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   constexpr int NT = StagedNt(MT8);
   if (zp != nullptr) {
-    return plan.tall ? LaunchStaged<T, MT8, NT, 2, 4, true>(plan.ks, x, b, s, zp, bias, y, g, pdl, stream)
-                     : LaunchStaged<T, MT8, NT, 4, 2, true>(plan.ks, x, b, s, zp, bias, y, g, pdl, stream);
+    return plan.tall ? LaunchStaged<T, MT8, NT, 2, 4, true>(plan.ks, plan.kz, x, b, s, zp, bias, y, g, pdl, stream)
+                     : LaunchStaged<T, MT8, NT, 4, 2, true>(plan.ks, plan.kz, x, b, s, zp, bias, y, g, pdl, stream);
   }
-  return plan.tall ? LaunchStaged<T, MT8, NT, 2, 4, false>(plan.ks, x, b, s, zp, bias, y, g, pdl, stream)
-                   : LaunchStaged<T, MT8, NT, 4, 2, false>(plan.ks, x, b, s, zp, bias, y, g, pdl, stream);
+  return plan.tall ? LaunchStaged<T, MT8, NT, 2, 4, false>(plan.ks, plan.kz, x, b, s, zp, bias, y, g, pdl, stream)
+                   : LaunchStaged<T, MT8, NT, 4, 2, false>(plan.ks, plan.kz, x, b, s, zp, bias, y, g, pdl, stream);
 }
 
 }  // namespace
@@ -347,7 +352,8 @@ Int4StagedPlan PlanInt4Staged(int shape, const Int4Geom& g, Int4StagedLimits lim
   // The K split (StagedClusterSplit): >= 1.5 CTAs per SM, each rank >= 2 stages. Only where sm_90
   // machine code was built (PYQUANT_WITH_SM90, as ClusterKSplitFor): a build without it runs on an
   // H100 from JIT-compiled older PTX, whose kernel has no cluster sum.
-  plan.ks = sm90 && kSm90Build ? StagedClusterSplit(ctas(plan.tall), stages, sms, lim.max_cluster) : 1;
+  plan.ks = sm90 && kSm90Build ? StagedClusterSplit(ctas(plan.tall), stages, sms, lim.split.max_cluster) : 1;
+  plan.kz = StagedGridSplitFor(ctas(plan.tall), plan.ks, stages, sms, lim.split.max_kz);
   plan.ok = true;
   return plan;
 }

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "cuda/matmul_int4_impl.cuh"  // CpAsyncWait
+#include "cuda/staged_split.h"
 
 namespace pyquant {
 namespace cuda_detail {
@@ -32,8 +33,18 @@ constexpr bool kSm90Build = false;
 // ranks' sums in rank order, each rank adding and storing one slice of the tile (run-to-run
 // identical). store(token, channel, sum) gets each of the CTA's 8 MT8 x 16 NT WN sums once
 // (consecutive threads: consecutive channels); it checks the bounds.
+//
+// With a grid split (gs.kz > 1, staged_split.h), the CTA writes its slice's sums (for tokens < m,
+// channels < n) into gs.ws[blockIdx.z] instead, and the CTA of the kz groups that arrives last at
+// the slice's counter (gs.flags[blockIdx.y][blockIdx.x]) adds the kz slices in z order, calls store,
+// and re-arms the counter. `at` places the CTA's tile in the m x n output.
+struct StagedTileAt {
+  int m, n;      // the output's tokens and channels
+  int m0, row0;  // the CTA's first token and channel
+};
 template <int NT, int MT8, int WN, int WK, int kThreads, typename Store>
 __device__ __forceinline__ void StagedReduceStore(const float (&acc)[NT][MT8][4], uint8_t* smem, int ks, int rank,
+                                                  const StagedGridSplit& gs, const StagedTileAt& at,
                                                   const Store& store) {
   constexpr int kRows = 16 * NT * WN, kTokens = 8 * MT8, kPartStride = kRows + 4;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -55,15 +66,25 @@ __device__ __forceinline__ void StagedReduceStore(const float (&acc)[NT][MT8][4]
 
   // Token-major elements e = tok * kRows + row.
   constexpr int kElems = kTokens * kRows;
+  const bool grid_split = gs.kz > 1;
+  const int64_t ld = at.n;
+  float* ws_mine = grid_split ? gs.ws + (int64_t(blockIdx.z) * at.m + at.m0) * ld + at.row0 : nullptr;
+  auto emit = [&](int tok, int row, float v) {
+    if (!grid_split) {
+      store(tok, row, v);
+    } else if (at.m0 + tok < at.m && at.row0 + row < at.n) {
+      ws_mine[tok * ld + row] = v;
+    }
+  };
   auto wk_sum = [&](int e) {
-    const int at = (e / kRows) * kPartStride + e % kRows;
-    float v = part[at];
+    const int idx = (e / kRows) * kPartStride + e % kRows;
+    float v = part[idx];
 #pragma unroll
-    for (int q = 1; q < WK; ++q) v += part[q * kTile + at];
+    for (int q = 1; q < WK; ++q) v += part[q * kTile + idx];
     return v;
   };
   if (ks == 1) {
-    for (int e = tid; e < kElems; e += kThreads) store(e / kRows, e % kRows, wk_sum(e));
+    for (int e = tid; e < kElems; e += kThreads) emit(e / kRows, e % kRows, wk_sum(e));
   } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if constexpr (WK > 1) {
@@ -79,14 +100,46 @@ __device__ __forceinline__ void StagedReduceStore(const float (&acc)[NT][MT8][4]
     // Rank r adds slice r of the tile over ranks 0 .. ks - 1, in rank order (reproducible).
     const int e_begin = (kElems / ks) * rank, e_end = e_begin + kElems / ks;  // kElems % 128 == 0
     for (int e = e_begin + tid; e < e_end; e += kThreads) {
-      const int at = (e / kRows) * kPartStride + e % kRows;
+      const int idx = (e / kRows) * kPartStride + e % kRows;
       float v = 0.0f;
-      for (int q = 0; q < ks; ++q) v += cluster.map_shared_rank(part, q)[at];
-      store(e / kRows, e % kRows, v);
+      for (int q = 0; q < ks; ++q) v += cluster.map_shared_rank(part, q)[idx];
+      emit(e / kRows, e % kRows, v);
     }
     cluster.sync();  // no rank exits while another still reads its shared memory
 #endif
   }
+  if (!grid_split) return;
+
+  // The grid split's second pass: the last group to arrive adds the kz slices in z order.
+  __threadfence();  // this thread's ws writes are visible device-wide before the CTA's arrival
+  unsigned* flag = gs.flags + int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
+  bool last = false;
+  if (tid == 0) last = atomicAdd(flag, 1u) == static_cast<unsigned>(gs.kz - 1);
+  if (!__syncthreads_or(last)) return;
+  __threadfence();
+  const int slice = ks == 1 ? kElems : kElems / ks;
+  const int e_begin = ks == 1 ? 0 : slice * rank;
+  const int64_t z_stride = int64_t(at.m) * ld;
+  const float* ws0 = gs.ws + int64_t(at.m0) * ld + at.row0;
+  for (int e = e_begin + tid; e < e_begin + slice; e += kThreads) {
+    const int tok = e / kRows, row = e % kRows;
+    if (at.m0 + tok >= at.m || at.row0 + row >= at.n) continue;
+    const float* src = ws0 + tok * ld + row;
+    float v = __ldcg(src);  // L2: other SMs wrote these
+    for (int z = 1; z < gs.kz; ++z) v += __ldcg(src + z * z_stride);
+    store(tok, row, v);
+  }
+  if (tid == 0) *flag = 0u;  // re-armed for the next launch (no group of this one touches it again)
+}
+
+// The stages [begin, begin + count) of K part q of `parts` (parts = ks cluster ranks x kz groups;
+// part q = blockIdx.z * ks + rank): an even split, so a part's stages are consecutive.
+struct StagedStageRange {
+  int begin, count;
+};
+__device__ __forceinline__ StagedStageRange StagedPartStages(int stages, int q, int parts) {
+  const int begin = static_cast<int>((int64_t(stages) * q) / parts);
+  return {begin, static_cast<int>((int64_t(stages) * (q + 1)) / parts) - begin};
 }
 
 // The staged kernels' main loop: step(i, cur, next) for the rank's stages i = 0 .. n_my - 1, with
@@ -148,6 +201,15 @@ inline int StagedClusterSplit(int64_t ctas, int stages, int sms, int max_ks) {
   int ks = 1;
   while (ks < max_ks && ctas * ks * 2 < 3 * int64_t(sms) && stages / (2 * ks) >= 2) ks *= 2;
   return ks;
+}
+
+// The grid split (staged_split.h) on top of a cluster split ks: the largest power of two kz <=
+// max_kz that keeps ctas * ks * kz within the SMs (the staged kernels run one CTA per SM at 64
+// tokens), each part keeping >= 2 stages.
+inline int StagedGridSplitFor(int64_t ctas, int ks, int stages, int sms, int max_kz) {
+  int kz = 1;
+  while (kz < max_kz && ctas * ks * kz * 2 <= int64_t(sms) && stages / (2 * ks * kz) >= 2) kz *= 2;
+  return kz;
 }
 
 }  // namespace cuda_detail

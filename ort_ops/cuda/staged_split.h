@@ -1,0 +1,45 @@
+// The K split of the two staged mma kernels (matmul_int4_staged_impl.cu, linear_fp8_staged_impl.cu)
+// as the ops configure it, and the device buffers of its second level.
+//
+// K is split at two levels:
+//   * over the ks CTAs of an sm_90 cluster (up to 8, or 16 where asked): the ranks add their
+//     partial tiles through distributed shared memory (staged_common.cuh StagedReduceStore);
+//   * over grid.z, kz groups of CTAs (session 24): each group adds its cluster-summed slice of the
+//     output tile into an fp32 buffer ws[z], and the group that arrives last at the slice's
+//     counter adds the kz slices in z order and stores the result.
+// Why the second level: a cluster must fit in one GPC (about 16-18 SMs on an H100 / H200), so a
+// grid of clusters of 8 or 16 CTAs at one CTA per SM may need more than one wave even with fewer
+// CTAs than SMs; groups along grid.z have no placement constraint.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace pyquant {
+
+// Caps on the split (PYQUANT_STAGED_MAX_CLUSTER / PYQUANT_STAGED_SPLIT_Z, env_knobs.h): the largest
+// cluster (1, 2, 4, 8 or 16) and the largest number of grid.z groups (1 = no second level).
+struct StagedSplitLimits {
+  int max_cluster = 8;
+  int max_kz = 2;
+};
+
+// The second level's buffers, as the kernels take them (kz == 1: none, all null).
+struct StagedGridSplit {
+  float* ws = nullptr;        // [kz][m][n] fp32: group z's partial sums of the whole output
+  unsigned* flags = nullptr;  // [gridDim.y][gridDim.x] arrival counters, 0 between launches
+  int kz = 1;
+};
+
+// Buffers for a launch on `stream` with kz groups of an m x n output over `flag_count` CTA slots:
+// kz * m * n floats and flag_count zeroed counters. They are per (device, stream) and shared by all
+// nodes of all sessions on that stream: launches on one stream run one after the other (a
+// programmatic dependent launch touches them only after griddepcontrol.wait), and the last group
+// of each slot re-arms its counter to 0. Grown with cudaMalloc (counters zeroed on the stream) only
+// outside CUDA-graph capture; buffers are never freed, since a captured graph keeps the buffers it
+// was captured with. Returns a StagedGridSplit with kz = 1 (no second level) when kz <= 1, or when
+// the buffers are too small during capture, or on an allocation error (the CUDA error is cleared).
+StagedGridSplit StagedSplitBuffers(cudaStream_t stream, int kz, size_t m, size_t n, size_t flag_count);
+
+}  // namespace pyquant

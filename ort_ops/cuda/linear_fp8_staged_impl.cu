@@ -288,7 +288,10 @@ cudaError_t LaunchShape(const Fp8StagedProblem& p, int ks, int kz, PdlMode pdl, 
   auto kernel = fp8_staged_kernel<T, MT8, kNt, WN, WK, kStages, kBlock, kMinBlocks>;
   static StagedLaunchFlags attributes_set;  // over 48 KB of dynamic shared memory, clusters of 16
   if (const cudaError_t e = PrepareStagedLaunch(kernel, S::kSmem, ks, attributes_set); e != cudaSuccess) return e;
-  // The grid split's buffers: one counter per CTA of the first two grid dimensions.
+  // The split fitted to one wave, and the grid split's buffers (one counter per CTA of grid.x * grid.y).
+  const dim3 tiles = StagedGrid(p.n, p.m, S::kRows, S::kTokens, 1);
+  FitStagedSplitToOneWave(reinterpret_cast<const void*>(kernel), S::kThreads, S::kSmem, int64_t(tiles.x) * tiles.y,
+                          p.split.max_kz, &ks, &kz);
   const dim3 xy = StagedGrid(p.n, p.m, S::kRows, S::kTokens, ks);
   const StagedGridSplit gs = StagedSplitBuffers(stream, kz, p.m, p.n, size_t(xy.x) * xy.y);
   const dim3 grid(xy.x, xy.y, gs.kz);

@@ -24,6 +24,7 @@ struct Int4StagedPlan {
   bool tall = false;  // the 2 x 4 warp grid
   int ks = 1;         // CTAs per cluster splitting K (sm_90 only)
   int kz = 1;         // groups along grid.z splitting K further (staged_split.h)
+  int max_kz = 1;     // the cap on kz when the launch fits the split to one wave
 };
 // Caps on the plan (LaunchMatMulInt4's choices):
 //   max_tokens: 0 = the tokens per CTA follow M (8 / 16 / 32 / 64 for M <= 8 / 16 / 32 / 64); 8, 16 or 32

@@ -293,8 +293,8 @@ __global__ void __launch_bounds__(32 * WN * WK, kMinBlocks)
 }
 
 template <typename T, int MT8, int NT, int WN, int WK, bool kAsym>
-cudaError_t LaunchStaged(int ks, int kz, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias,
-                         T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
+cudaError_t LaunchStaged(int ks, int kz, int max_kz, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
+                         const T* bias, T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   constexpr int kStages = 4;
   using S = StagedShape<MT8, NT, WN, WK, kStages>;
   // Two CTAs (16 warps) per SM where the shared memory allows and the accumulators fit 128 registers.
@@ -302,7 +302,10 @@ cudaError_t LaunchStaged(int ks, int kz, const T* x, const uint8_t* b, const T* 
   auto kernel = int4_staged_kernel<T, MT8, NT, WN, WK, kStages, kAsym, kMinBlocks>;
   static StagedLaunchFlags attributes_set;  // over 48 KB of dynamic shared memory, clusters of 16
   if (const cudaError_t e = PrepareStagedLaunch(kernel, S::kSmem, ks, attributes_set); e != cudaSuccess) return e;
-  // The grid split's buffers: one counter per CTA of the first two grid dimensions.
+  // The split fitted to one wave, and the grid split's buffers (one counter per CTA of grid.x * grid.y).
+  const dim3 tiles = StagedGrid(g.n, g.m, S::kRows, S::kTokens, 1);
+  FitStagedSplitToOneWave(reinterpret_cast<const void*>(kernel), S::kThreads, S::kSmem, int64_t(tiles.x) * tiles.y,
+                          max_kz, &ks, &kz);
   const dim3 xy = StagedGrid(g.n, g.m, S::kRows, S::kTokens, ks);
   const StagedGridSplit gs = StagedSplitBuffers(stream, kz, g.m, g.n, size_t(xy.x) * xy.y);
   const dim3 grid(xy.x, xy.y, gs.kz);
@@ -318,11 +321,15 @@ cudaError_t LaunchStagedShape(const Int4StagedPlan& plan, const T* x, const uint
                               const T* bias, T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   constexpr int NT = StagedNt(MT8);
   if (zp != nullptr) {
-    return plan.tall ? LaunchStaged<T, MT8, NT, 2, 4, true>(plan.ks, plan.kz, x, b, s, zp, bias, y, g, pdl, stream)
-                     : LaunchStaged<T, MT8, NT, 4, 2, true>(plan.ks, plan.kz, x, b, s, zp, bias, y, g, pdl, stream);
+    return plan.tall ? LaunchStaged<T, MT8, NT, 2, 4, true>(plan.ks, plan.kz, plan.max_kz, x, b, s, zp, bias, y, g, pdl,
+                                                            stream)
+                     : LaunchStaged<T, MT8, NT, 4, 2, true>(plan.ks, plan.kz, plan.max_kz, x, b, s, zp, bias, y, g, pdl,
+                                                            stream);
   }
-  return plan.tall ? LaunchStaged<T, MT8, NT, 2, 4, false>(plan.ks, plan.kz, x, b, s, zp, bias, y, g, pdl, stream)
-                   : LaunchStaged<T, MT8, NT, 4, 2, false>(plan.ks, plan.kz, x, b, s, zp, bias, y, g, pdl, stream);
+  return plan.tall ? LaunchStaged<T, MT8, NT, 2, 4, false>(plan.ks, plan.kz, plan.max_kz, x, b, s, zp, bias, y, g, pdl,
+                                                           stream)
+                   : LaunchStaged<T, MT8, NT, 4, 2, false>(plan.ks, plan.kz, plan.max_kz, x, b, s, zp, bias, y, g, pdl,
+                                                           stream);
 }
 
 }  // namespace
@@ -354,6 +361,7 @@ Int4StagedPlan PlanInt4Staged(int shape, const Int4Geom& g, Int4StagedLimits lim
   // H100 from JIT-compiled older PTX, whose kernel has no cluster sum.
   plan.ks = sm90 && kSm90Build ? StagedClusterSplit(ctas(plan.tall), stages, sms, lim.split.max_cluster) : 1;
   plan.kz = StagedGridSplitFor(ctas(plan.tall), plan.ks, stages, sms, lim.split.max_kz);
+  plan.max_kz = lim.split.max_kz;
   plan.ok = true;
   return plan;
 }

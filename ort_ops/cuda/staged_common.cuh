@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/matmul_int4_impl.cuh"  // CpAsyncWait
 #include "cuda/staged_split.h"
@@ -24,6 +25,31 @@ constexpr bool kSm90Build = true;
 #else
 constexpr bool kSm90Build = false;
 #endif
+
+// Ordered sums of kN partial values for the thread's elements e = e_begin + threadIdx.x + i kThreads
+// < e_end: out(e, ((0 + load(0, e)) + load(1, e)) + ... + load(kN - 1, e)). kU elements at a time
+// (32 loads), all of their loads issued before the adds: each load is a round trip to another SM's
+// shared memory or to L2, and one at a time (the sums' old loop) they cost ~kN round trips per element.
+template <int kN, int kThreads, typename Load, typename Out>
+__device__ __forceinline__ void StagedOrderedSums(int e_begin, int e_end, const Load& load, const Out& out) {
+  constexpr int kU = kN >= 16 ? 2 : 4;
+  for (int e0 = e_begin + static_cast<int>(threadIdx.x); e0 < e_end; e0 += kU * kThreads) {
+    float x[kU][kN];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int e = min(e0 + u * kThreads, e_end - 1);  // past the end: a valid element, sum unused
+#pragma unroll
+      for (int q = 0; q < kN; ++q) x[u][q] = load(q, e);
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      float v = 0.0f;
+#pragma unroll
+      for (int q = 0; q < kN; ++q) v += x[u][q];
+      if (e0 + u * kThreads < e_end) out(e0 + u * kThreads, v);
+    }
+  }
+}
 
 // The staged kernels' accumulators, [NT][MT8][4] per lane of warp (wn, wk) = (warp % WN, warp / WN):
 // element r of tile (j, mi) is output channel 16 (wn NT + j) + lane / 4 + 8 (r >= 2) of the CTA and
@@ -99,11 +125,17 @@ __device__ __forceinline__ void StagedReduceStore(const float (&acc)[NT][MT8][4]
     cluster.sync();  // every rank's partial tile is complete
     // Rank r adds slice r of the tile over ranks 0 .. ks - 1, in rank order (reproducible).
     const int e_begin = (kElems / ks) * rank, e_end = e_begin + kElems / ks;  // kElems % 128 == 0
-    for (int e = e_begin + tid; e < e_end; e += kThreads) {
-      const int idx = (e / kRows) * kPartStride + e % kRows;
-      float v = 0.0f;
-      for (int q = 0; q < ks; ++q) v += cluster.map_shared_rank(part, q)[idx];
-      emit(e / kRows, e % kRows, v);
+    auto rank_sums = [&](auto kN) {
+      StagedOrderedSums<decltype(kN)::value, kThreads>(
+          e_begin, e_end,
+          [&](int q, int e) { return cluster.map_shared_rank(part, q)[(e / kRows) * kPartStride + e % kRows]; },
+          [&](int e, float v) { emit(e / kRows, e % kRows, v); });
+    };
+    switch (ks) {
+      case 2: rank_sums(std::integral_constant<int, 2>()); break;
+      case 4: rank_sums(std::integral_constant<int, 4>()); break;
+      case 8: rank_sums(std::integral_constant<int, 8>()); break;
+      default: rank_sums(std::integral_constant<int, 16>());  // StagedClusterSplit: powers of two <= 16
     }
     cluster.sync();  // no rank exits while another still reads its shared memory
 #endif
@@ -120,14 +152,22 @@ __device__ __forceinline__ void StagedReduceStore(const float (&acc)[NT][MT8][4]
   const int slice = ks == 1 ? kElems : kElems / ks;
   const int e_begin = ks == 1 ? 0 : slice * rank;
   const int64_t z_stride = int64_t(at.m) * ld;
-  const float* ws0 = gs.ws + int64_t(at.m0) * ld + at.row0;
-  for (int e = e_begin + tid; e < e_begin + slice; e += kThreads) {
-    const int tok = e / kRows, row = e % kRows;
-    if (at.m0 + tok >= at.m || at.row0 + row >= at.n) continue;
-    const float* src = ws0 + tok * ld + row;
-    float v = __ldcg(src);  // L2: other SMs wrote these
-    for (int z = 1; z < gs.kz; ++z) v += __ldcg(src + z * z_stride);
-    store(tok, row, v);
+  const float* ws0 = gs.ws + int64_t(at.m0) * ld + at.row0;  // (token m0, channel row0) of group 0
+  auto in_bounds = [&](int e) { return at.m0 + e / kRows < at.m && at.row0 + e % kRows < at.n; };
+  auto group_sums = [&](auto kN) {
+    StagedOrderedSums<decltype(kN)::value, kThreads>(
+        e_begin, e_begin + slice,
+        [&](int z, int e) {  // L2 loads (other SMs wrote these); outside the output: a valid dummy
+          return __ldcg(ws0 + z * z_stride + (in_bounds(e) ? (e / kRows) * ld + e % kRows : 0));
+        },
+        [&](int e, float v) {
+          if (in_bounds(e)) store(e / kRows, e % kRows, v);
+        });
+  };
+  switch (gs.kz) {
+    case 2: group_sums(std::integral_constant<int, 2>()); break;
+    case 4: group_sums(std::integral_constant<int, 4>()); break;
+    default: group_sums(std::integral_constant<int, 8>());  // StagedSplitLimits: kz <= 8, a power of two
   }
   if (tid == 0) *flag = 0u;  // re-armed for the next launch (no group of this one touches it again)
 }

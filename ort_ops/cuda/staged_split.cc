@@ -35,6 +35,55 @@ bool Capturing(cudaStream_t stream) {
 
 }  // namespace
 
+namespace {
+
+// cudaOccupancyMaxActiveClusters of one launch shape, cached (0 on an error).
+int MaxActiveClusters(const void* kernel, int device, int threads, int smem, int cluster) {
+  struct Key {
+    const void* kernel;
+    int device, threads, smem, cluster;
+    int value;
+  };
+  static std::mutex mu;
+  static auto* cache = new std::vector<Key>();
+  std::lock_guard<std::mutex> lock(mu);
+  for (const Key& k : *cache) {
+    if (k.kernel == kernel && k.device == device && k.threads == threads && k.smem == smem && k.cluster == cluster) {
+      return k.value;
+    }
+  }
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(cluster));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int value = 0;
+  if (cudaOccupancyMaxActiveClusters(&value, kernel, &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();
+    value = 0;
+  }
+  cache->push_back(Key{kernel, device, threads, smem, cluster, value});
+  return value;
+}
+
+}  // namespace
+
+void FitStagedSplitToOneWave(const void* kernel, int threads, int smem, int64_t tiles, int max_kz, int* ks, int* kz) {
+  int device = 0;
+  if (*ks <= 1 || cudaGetDevice(&device) != cudaSuccess) return;
+  const int64_t resident_ctas = MaxActiveClusters(kernel, device, threads, smem, 1);
+  if (tiles * *ks * *kz > resident_ctas) return;  // more than one wave anyway
+  while (*ks > 1 && *kz * 2 <= max_kz && tiles * *kz > MaxActiveClusters(kernel, device, threads, smem, *ks)) {
+    *ks /= 2;
+    *kz *= 2;
+  }
+}
+
 StagedGridSplit StagedSplitBuffers(cudaStream_t stream, int kz, size_t m, size_t n, size_t flag_count) {
   StagedGridSplit none;
   if (kz <= 1) return none;

@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace pyquant {
 
@@ -22,7 +23,7 @@ namespace pyquant {
 // cluster (1, 2, 4, 8 or 16) and the largest number of grid.z groups (1 = no second level).
 struct StagedSplitLimits {
   int max_cluster = 8;
-  int max_kz = 2;
+  int max_kz = 8;  // at most 8 (the kernels' ordered sums are unrolled to 8)
 };
 
 // The second level's buffers, as the kernels take them (kz == 1: none, all null).
@@ -40,6 +41,14 @@ struct StagedGridSplit {
 // outside CUDA-graph capture; buffers are never freed, since a captured graph keeps the buffers it
 // was captured with. Returns a StagedGridSplit with kz = 1 (no second level) when kz <= 1, or when
 // the buffers are too small during capture, or on an allocation error (the CUDA error is cleared).
+// One wave where possible: a grid of `tiles` output tiles x kz groups, each a cluster of ks CTAs of
+// `kernel` (threads, smem bytes per CTA), runs in one wave only if the GPU holds all its clusters at
+// once (cudaOccupancyMaxActiveClusters, cached per kernel, device and ks). A cluster must fit in one
+// GPC: an H200 holds 15 clusters of 8 one-CTA-per-SM CTAs, 30 of 4 and 66 of 2 (120 / 120 / 132 CTAs;
+// bench/results/2026-11-26-h200-s24-cluster-occupancy.txt), so 16 clusters of 8 took two waves. While
+// the clusters do not fit but the CTAs would, ks halves and kz doubles (the same K parts), kz <= max_kz.
+void FitStagedSplitToOneWave(const void* kernel, int threads, int smem, int64_t tiles, int max_kz, int* ks, int* kz);
+
 StagedGridSplit StagedSplitBuffers(cudaStream_t stream, int kz, size_t m, size_t n, size_t flag_count);
 
 }  // namespace pyquant

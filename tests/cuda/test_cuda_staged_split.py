@@ -19,43 +19,44 @@ from tests.cuda.test_cuda_ops import _as_t, _check_fp8, _check_int4, _fp8_case, 
 
 pytestmark = pytest.mark.cuda
 
-# (cluster cap, grid-split cap); "1/1" = no split at all, "8/1" = the session-23 split
-SPLITS = [("8", "1"), ("8", "2"), ("4", "4"), ("2", "8"), ("1", "8"), ("1", "1")]
+# (cluster cap, grid-split cap); "" = the default, "1/1" = no split at all, "8/1" = the session-23 split
+SPLITS = [("", ""), ("8", "1"), ("8", "2"), ("4", "4"), ("2", "8"), ("1", "8"), ("1", "1")]
 M_LIST = [5, 17, 33, 64, 65, 129, 200, 256]
 
 
 def _split_env(split):
-    cluster, z = split
-    return {"PYQUANT_STAGED_MAX_CLUSTER": cluster, "PYQUANT_STAGED_SPLIT_Z": z}
+    cluster, z = split  # "": the default (fitted to one wave)
+    return {k: v for k, v in (("PYQUANT_STAGED_MAX_CLUSTER", cluster), ("PYQUANT_STAGED_SPLIT_Z", z)) if v}
 
 
-def _int4_env(split):
-    # the staged kernel at every M of the list: pinned below the Hopper GEMM (off) to M = 64, and by
-    # the above-64 rule to M = 256 on every narrow layer
-    return {
-        **_split_env(split),
-        "PYQUANT_INT4_SM90_MIN_M": str(1 << 40),
-        "PYQUANT_INT4_MID_VARIANT": "11",
-        "PYQUANT_INT4_STAGED_MAX_M": "256",
-    }
+def _int4_env(split, pinned):
+    # the staged kernel at every M of the list: pinned (Hopper GEMM off) to M = 64; above 64 the default
+    # dispatch, whose above-64 rule takes every narrow layer to M = 256 with PYQUANT_INT4_STAGED_MAX_M
+    # (a pinned variant would not reach it: the tiled kernel serves M > 64 then)
+    env = {**_split_env(split), "PYQUANT_INT4_SM90_MIN_M": str(1 << 40), "PYQUANT_INT4_STAGED_MAX_M": "256"}
+    if pinned:
+        env["PYQUANT_INT4_MID_VARIANT"] = "11"
+    return env
 
 
 def _fp8_env(split):
     return {**_split_env(split), "PYQUANT_FP8_GEMV": "staged", "PYQUANT_FP8_SM90_MIN_M": str(1 << 40)}
 
 
-@pytest.mark.parametrize("split", SPLITS, ids=lambda s: f"c{s[0]}z{s[1]}")
+@pytest.mark.parametrize("split", SPLITS, ids=lambda s: f"c{s[0]}z{s[1]}" if s[0] else "default")
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize("kn", [(14336, 264), (8192, 1000), (4096, 40)])
 def test_int4_staged_split(rng, split, dtype, symmetric, kn):
     k, n = kn
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, 128, dtype, symmetric, True)
-    sess = _session(model, env=_int4_env(split))
-    _check_int4(sess, rng, M_LIST, k, n, 128, dtype, b, scales_t, zp, bias_t)
+    for pinned in (True, False):
+        m_list = [m for m in M_LIST if (m <= 64) == pinned]
+        sess = _session(model, env=_int4_env(split, pinned))
+        _check_int4(sess, rng, m_list, k, n, 128, dtype, b, scales_t, zp, bias_t)
 
 
-@pytest.mark.parametrize("split", SPLITS, ids=lambda s: f"c{s[0]}z{s[1]}")
+@pytest.mark.parametrize("split", SPLITS, ids=lambda s: f"c{s[0]}z{s[1]}" if s[0] else "default")
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("block_size", [0, 128])
 @pytest.mark.parametrize("kn", [(14336, 264), (8192, 1000), (4096, 40)])
@@ -75,7 +76,7 @@ def test_staged_split_bit_identical(rng, op, dtype):
     k, n = 8192, 1000
     if op == "int4":
         model = _int4_case(rng, k, n, 128, dtype, False, True)[0]
-        env = _int4_env(("2", "8"))
+        env = _int4_env(("2", "8"), False)  # by default on this layer at M = 7, 64, 100
     else:
         model = _fp8_case(rng, k, n, 0, dtype, None, True)[0]
         env = _fp8_env(("2", "8"))

@@ -243,12 +243,16 @@ inline int StagedClusterSplit(int64_t ctas, int stages, int sms, int max_ks) {
   return ks;
 }
 
-// The grid split (staged_split.h) on top of a cluster split ks: the largest power of two kz <=
-// max_kz that keeps ctas * ks * kz within the SMs (the staged kernels run one CTA per SM at 64
-// tokens), each part keeping >= 2 stages.
+// The grid split (staged_split.h) on top of a cluster split ks, for more CTAs: the largest power of
+// two kz <= max_kz that keeps ctas * ks * kz within the SMs (the staged kernels run one CTA per SM at
+// 64 tokens), each of the ks * kz parts keeping >= 6 stages. The global reduction costs about what a
+// few stages do: on an H200 (bench/results/2026-11-26-h200-s24-fit-*-narrow-bench-cuda.md) the split
+// paid where each part kept 7 stages (INT4 14336 x 1024 at M = 64: 18.5 vs 20.6 µs; 14336 x 512 at
+// M = 96: 18.3 vs 20.6) and lost where it kept 2-4 (INT4 8192 x 1024 at M = 16: 10.1 vs 8.2; FP8
+// 4096 x 512 at M = 96: 16.0 vs 11.2). FitStagedSplitToOneWave may raise kz further at launch.
 inline int StagedGridSplitFor(int64_t ctas, int ks, int stages, int sms, int max_kz) {
   int kz = 1;
-  while (kz < max_kz && ctas * ks * kz * 2 <= int64_t(sms) && stages / (2 * ks * kz) >= 2) kz *= 2;
+  while (kz < max_kz && ctas * ks * kz * 2 <= int64_t(sms) && stages / (2 * ks * kz) >= 6) kz *= 2;
   return kz;
 }
 

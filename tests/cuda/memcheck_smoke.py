@@ -38,7 +38,7 @@ def main() -> int:
     import onnxruntime as ort
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--only", default="int4,mid,shuffled,knobs,fp8")
+    parser.add_argument("--only", default="int4,mid,shuffled,knobs,fp8,split")
     only = set(parser.parse_args().only.split(","))
 
     from pyquant import layout
@@ -176,6 +176,19 @@ def main() -> int:
             n_checked += check_fp8(dtype, 8192, 264, 0, (100, 256))  # the split-K Hopper GEMM (sm_90)
             n_checked += check_fp8(dtype, 4096, 264, 0, (100,))  # the staged kernel, two token rows
             n_checked += check_fp8(dtype, 8192, 264, 128, (100,))  # the same, per-block scales
+        # the staged kernels' grid split (staged_split.h): clusters of 2 x 8 groups, the default's
+        # split fitted to one wave (14336 x 1000 at M = 100: 16 clusters of 8 -> 64 of 2 x 4 groups),
+        # partial token rows and channel tiles
+        if dtype != "float32" and "split" in only:
+            deep = {"PYQUANT_STAGED_MAX_CLUSTER": "2", "PYQUANT_STAGED_SPLIT_Z": "8"}
+            with knobs({**deep, "PYQUANT_INT4_MID_VARIANT": "11", "PYQUANT_INT4_SM90_MIN_M": str(1 << 40)}):
+                n_checked += check_int4(dtype, 8192, 264, 128, False, (9, 40))
+            with knobs({**deep, "PYQUANT_INT4_STAGED_MAX_M": "256"}):
+                n_checked += check_int4(dtype, 8192, 1000, 128, True, (100, 200))
+            n_checked += check_int4(dtype, 14336, 1000, 128, False, (100,))
+            with knobs({**deep, "PYQUANT_FP8_GEMV": "staged", "PYQUANT_FP8_SM90_MIN_M": str(1 << 40)}):
+                n_checked += check_fp8(dtype, 8192, 1000, 0, (9, 40, 100))
+                n_checked += check_fp8(dtype, 8192, 264, 128, (100,))
     print(f"memcheck_smoke: {n_checked} runs matched the reference")
     return 0
 

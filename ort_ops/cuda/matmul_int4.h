@@ -109,17 +109,20 @@ size_t MatMulInt4WorkspaceBytes(const MatMulInt4Problem& p, int64_t tiled_min_m 
 // staged_split: the staged kernel's K split caps (PYQUANT_STAGED_MAX_CLUSTER / _SPLIT_Z; staged_split.h).
 // staged_max_m: on sm_90's narrow layers (matmul_int4_impl.cu, NarrowRuleFor) the staged kernel also
 // serves 64 < M <= staged_max_m, in grid rows of 64 tokens, ahead of the Hopper GEMM and the tiled
-// kernel (default mid_variant only; PYQUANT_INT4_STAGED_MAX_M sets it for benchmarks, 64 = off); on
-// the two-row layers (N ~ 1024) at most kInt4StagedMaxMTwoRows.
+// kernel (default mid_variant only). 0 = the default rule: up to kInt4StagedMaxM on the K-split
+// layers (N <= 512), and on the two-row layers (N ~ 1024) up to kInt4StagedMaxMTwoRows, or
+// kInt4StagedMaxMTwoRowsShortK where K <= 8192. PYQUANT_INT4_STAGED_MAX_M sets one cap for both
+// (benchmarks; 64 = off).
 constexpr int kInt4MidNoKSplit = -2;
 constexpr int kInt4MidNoStaged = -3;
 constexpr int64_t kInt4StagedMaxM = 256;
 constexpr int64_t kInt4StagedMaxMTwoRows = 128;
+constexpr int64_t kInt4StagedMaxMTwoRowsShortK = 192;
 template <typename T>
 cudaError_t LaunchMatMulInt4(const MatMulInt4Problem& p, cudaStream_t stream, int64_t tiled_min_m = kInt4TiledMinM,
                              Int4Workspace ws = {}, const Int4Sm90Prepared* sm90 = nullptr, int gemv_variant = -1,
                              PdlMode pdl = {}, int mid_variant = -1, int mid_rows = 0,
-                             StagedSplitLimits staged_split = {}, int64_t staged_max_m = kInt4StagedMaxM);
+                             StagedSplitLimits staged_split = {}, int64_t staged_max_m = 0);
 
 // True when this build has the sm90 GEMM, the current device is compute capability 9.0, and the
 // problem's shape / type / block size suit it (pointers aside): worth preparing for.

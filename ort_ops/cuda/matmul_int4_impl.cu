@@ -615,16 +615,24 @@ bool Sm90ShapeOk(const MatMulInt4Problem& p) {
 //   two-row layers (N ~ 1024), up to kInt4StagedMaxMTwoRows: M = 96 / 128: 8192 x 1024 29.1 / 29.1 vs
 //   43.4 / 43.3 (12.2 / 10.6), 14336 x 1024 41.4 / 41.7 vs 49.4 / 49.7, 4096 x 1024 19.1 / 19.2 vs 26.4 /
 //   26.8; at 256 slower (44.2 vs 31.8, 63.1 vs 38.3, 29.1 vs 27.9).
-// Still 2-3x torch fp16: these layers want a split-K GEMM with a cheap reduction (notes, session 23).
-// Default choices only (mid_variant -1); B row-major.
+// Session 24: the staged split fitted to one wave (staged_split.h) made the two-row layers at
+// M = 96 / 128 1.3-1.6x faster (4096 / 8192 / 14336 x 1024: 14.1 / 19.2 / 25.5 µs), and at M = 192
+// (three grid rows) the staged kernel now beats the Hopper GEMM where K <= 8192: 4096 x 1024 19.2 vs
+// 27.7, 8192 x 1024 29.3 vs 32.0, but 14336 x 1024 42.8 vs 38.5; at 255 it loses on all three
+// (bench/results/2026-11-26-h200-s24-final-int4-staged255-bench-cuda.md against …-st256-bench-cuda.md).
+// Still 1.5-3x torch fp16 there.
+// Default choices only (mid_variant -1); B row-major. staged_max_m: LaunchMatMulInt4's (0 = the rule).
 template <typename T>
 bool StagedAboveM64(const MatMulInt4Problem& p, int mid_variant, int64_t staged_max_m) {
-  if (std::is_same<T, float>::value || mid_variant != -1 || p.m <= 64 || p.m > staged_max_m) return false;
+  if (std::is_same<T, float>::value || mid_variant != -1 || p.m <= 64) return false;
+  if (staged_max_m > 0 && p.m > staged_max_m) return false;
   if (!CurrentDeviceIsSm90() || !Aligned16(p.x) || !Aligned16(p.b)) return false;
   const NarrowRule rule = NarrowRuleFor(p);
-  // A PYQUANT_INT4_STAGED_MAX_M other than the default applies to both kinds of layer (benchmarks).
-  const int64_t two_rows_max = staged_max_m == kInt4StagedMaxM ? kInt4StagedMaxMTwoRows : staged_max_m;
-  if (rule == NarrowRule::kNone || (rule == NarrowRule::kTwoRows && p.m > two_rows_max)) return false;
+  if (rule == NarrowRule::kNone) return false;
+  if (staged_max_m <= 0) {
+    const int64_t two_rows_max = p.attrs.k <= 8192 ? kInt4StagedMaxMTwoRowsShortK : kInt4StagedMaxMTwoRows;
+    if (p.m > (rule == NarrowRule::kTwoRows ? two_rows_max : kInt4StagedMaxM)) return false;
+  }
   const Int4Geom g = MakeInt4Geom(p.m, p.attrs);
   return g.row_bytes == g.k / 2 && PlanInt4Staged(kInt4StagedAuto, g).ok;
 }

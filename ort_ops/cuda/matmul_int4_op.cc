@@ -53,7 +53,7 @@ class MatMulInt4Cuda final : public Kernel {
         mid_variant_(CudaInt4MidVariant()),
         mid_rows_(CudaInt4MidRows()),
         staged_split_(CudaStagedSplitLimits()),
-        staged_max_m_(EnvInt("PYQUANT_INT4_STAGED_MAX_M", static_cast<int>(kInt4StagedMaxM))) {
+        staged_max_m_(EnvInt("PYQUANT_INT4_STAGED_MAX_M", 0)) {
     CheckMatMulInt4Constants(info, attrs_, kType);
     // The sm90 GEMM's transposed scales / zeros are derived once, so only from constant inputs
     // (initializers); scales fed at run time keep the portable kernels.

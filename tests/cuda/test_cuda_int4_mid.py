@@ -117,9 +117,9 @@ def test_int4_mid_staged_cluster16(rng, variant, dtype, kn):
 def test_int4_staged_above_64(rng, dtype, symmetric, max_m, kn):
     """Narrow layers at M = 65..257 (session 23): by default on sm_90 the staged kernel in grid rows
     of 64 tokens up to M = 256 on the K-split layers (14336 x 264, 4096 x 40; partial last rows at
-    65 / 129 / 200 / 255) and up to 128 on the two-row ones (8192 x 1000, 4096 x 520), then the
-    Hopper GEMM; PYQUANT_INT4_STAGED_MAX_M=64: the session-22 choice (the Hopper GEMM / tiled kernel
-    from 65). Block 128, bias; other GPUs: the portable kernels."""
+    65 / 129 / 200 / 255) and up to 192 on the two-row ones with K <= 8192 (8192 x 1000, 4096 x 520;
+    session 24), then the Hopper GEMM; PYQUANT_INT4_STAGED_MAX_M=64: the session-22 choice (the
+    Hopper GEMM / tiled kernel from 65). Block 128, bias; other GPUs: the portable kernels."""
     k, n = kn
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, 128, dtype, symmetric, True)
     sess = _session(model, env={"PYQUANT_INT4_STAGED_MAX_M": max_m} if max_m else None)

@@ -32,6 +32,7 @@ def _split_env(split):
 def _int4_env(split, pinned):
     # the staged kernel at every M of the list: pinned (Hopper GEMM off) to M = 64; above 64 the default
     # dispatch, whose above-64 rule takes every narrow layer to M = 256 with PYQUANT_INT4_STAGED_MAX_M
+    # set (a cap for both kinds of narrow layer)
     # (a pinned variant would not reach it: the tiled kernel serves M > 64 then)
     env = {**_split_env(split), "PYQUANT_INT4_SM90_MIN_M": str(1 << 40), "PYQUANT_INT4_STAGED_MAX_M": "256"}
     if pinned:

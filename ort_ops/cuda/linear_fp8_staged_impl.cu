@@ -288,17 +288,13 @@ cudaError_t LaunchShape(const Fp8StagedProblem& p, int ks, int kz, PdlMode pdl, 
   auto kernel = fp8_staged_kernel<T, MT8, kNt, WN, WK, kStages, kBlock, kMinBlocks>;
   static StagedLaunchFlags attributes_set;  // over 48 KB of dynamic shared memory, clusters of 16
   if (const cudaError_t e = PrepareStagedLaunch(kernel, S::kSmem, ks, attributes_set); e != cudaSuccess) return e;
-  // The split fitted to one wave, and the grid split's buffers (one counter per CTA of grid.x * grid.y).
-  const dim3 tiles = StagedGrid(p.n, p.m, S::kRows, S::kTokens, 1);
-  FitStagedSplitToOneWave(reinterpret_cast<const void*>(kernel), S::kThreads, S::kSmem, int64_t(tiles.x) * tiles.y,
-                          p.split.max_kz, &ks, &kz);
-  const dim3 xy = StagedGrid(p.n, p.m, S::kRows, S::kTokens, ks);
-  const StagedGridSplit gs = StagedSplitBuffers(stream, kz, p.m, p.n, size_t(xy.x) * xy.y);
-  const dim3 grid(xy.x, xy.y, gs.kz);
+  const StagedLaunchSplit ls = StagedSplitForLaunch(reinterpret_cast<const void*>(kernel), S::kThreads, S::kSmem, p.n,
+                                                    p.m, S::kRows, S::kTokens, ks, kz, p.split.max_kz, stream);
   const int bs_log2 = CeilLog2(p.block_size);  // 0 for per-channel scales (block_size 0)
-  return LaunchWithPdlCluster(kernel, grid, dim3(S::kThreads), S::kSmem, static_cast<unsigned>(ks), stream, pdl.launch,
-                              p.xq, p.s_x, p.w, p.w_scale, static_cast<const T*>(p.bias), static_cast<T*>(p.y), p.m,
-                              p.n, p.k, bs_log2, p.n_scale_blocks, ks, gs, pdl.weights_early);
+  return LaunchWithPdlCluster(kernel, ls.grid, dim3(S::kThreads), S::kSmem, static_cast<unsigned>(ls.ks), stream,
+                              pdl.launch, p.xq, p.s_x, p.w, p.w_scale, static_cast<const T*>(p.bias),
+                              static_cast<T*>(p.y), p.m, p.n, p.k, bs_log2, p.n_scale_blocks, ls.ks, ls.gs,
+                              pdl.weights_early);
 }
 
 template <typename T, int MT8>

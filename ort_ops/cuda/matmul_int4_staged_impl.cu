@@ -302,15 +302,10 @@ cudaError_t LaunchStaged(int ks, int kz, int max_kz, const T* x, const uint8_t* 
   auto kernel = int4_staged_kernel<T, MT8, NT, WN, WK, kStages, kAsym, kMinBlocks>;
   static StagedLaunchFlags attributes_set;  // over 48 KB of dynamic shared memory, clusters of 16
   if (const cudaError_t e = PrepareStagedLaunch(kernel, S::kSmem, ks, attributes_set); e != cudaSuccess) return e;
-  // The split fitted to one wave, and the grid split's buffers (one counter per CTA of grid.x * grid.y).
-  const dim3 tiles = StagedGrid(g.n, g.m, S::kRows, S::kTokens, 1);
-  FitStagedSplitToOneWave(reinterpret_cast<const void*>(kernel), S::kThreads, S::kSmem, int64_t(tiles.x) * tiles.y,
-                          max_kz, &ks, &kz);
-  const dim3 xy = StagedGrid(g.n, g.m, S::kRows, S::kTokens, ks);
-  const StagedGridSplit gs = StagedSplitBuffers(stream, kz, g.m, g.n, size_t(xy.x) * xy.y);
-  const dim3 grid(xy.x, xy.y, gs.kz);
-  return LaunchWithPdlCluster(kernel, grid, dim3(S::kThreads), S::kSmem, static_cast<unsigned>(ks), stream, pdl.launch,
-                              x, b, s, zp, bias, y, g, ks, gs, pdl.weights_early);
+  const StagedLaunchSplit ls = StagedSplitForLaunch(reinterpret_cast<const void*>(kernel), S::kThreads, S::kSmem, g.n,
+                                                    g.m, S::kRows, S::kTokens, ks, kz, max_kz, stream);
+  return LaunchWithPdlCluster(kernel, ls.grid, dim3(S::kThreads), S::kSmem, static_cast<unsigned>(ls.ks), stream,
+                              pdl.launch, x, b, s, zp, bias, y, g, ls.ks, ls.gs, pdl.weights_early);
 }
 
 // The column tiles per warp at MT8 token tiles: 4 up to 16 tokens, else 2 (accumulators).

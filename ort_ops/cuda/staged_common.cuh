@@ -232,6 +232,31 @@ inline dim3 StagedGrid(int64_t n, int64_t m, int rows, int tokens, int ks) {
   return dim3(static_cast<unsigned>((n + rows - 1) / rows * ks), static_cast<unsigned>((m + tokens - 1) / tokens));
 }
 
+// A launch's K split and grid (both staged launchers), for an m x n output in tiles of rows x tokens:
+// the plan's (ks, kz) fitted to one wave (FitStagedSplitToOneWave, kz <= max_kz) and the grid
+// split's buffers (StagedSplitBuffers; one counter per CTA of grid.x * grid.y). Where no buffers
+// can be had (capture with too small ones), the plan's cluster split alone (kz = 1), as before the
+// fit. grid = (ceil(n / rows) * ks, ceil(m / tokens), gs.kz).
+struct StagedLaunchSplit {
+  int ks;
+  StagedGridSplit gs;
+  dim3 grid;
+};
+inline StagedLaunchSplit StagedSplitForLaunch(const void* kernel, int threads, int smem, int64_t n, int64_t m, int rows,
+                                              int tokens, int ks, int kz, int max_kz, cudaStream_t stream) {
+  const dim3 tiles = StagedGrid(n, m, rows, tokens, 1);
+  int fit_ks = ks, fit_kz = kz;
+  FitStagedSplitToOneWave(kernel, threads, smem, int64_t(tiles.x) * tiles.y, max_kz, &fit_ks, &fit_kz);
+  dim3 xy = StagedGrid(n, m, rows, tokens, fit_ks);
+  const StagedGridSplit gs =
+      StagedSplitBuffers(stream, fit_kz, static_cast<size_t>(m), static_cast<size_t>(n), size_t(xy.x) * xy.y);
+  if (gs.kz == 1 && fit_kz > 1) {
+    fit_ks = ks;
+    xy = StagedGrid(n, m, rows, tokens, ks);
+  }
+  return {fit_ks, gs, dim3(xy.x, xy.y, gs.kz)};
+}
+
 // The staged kernels' K split (both ops): the smallest power of two ks <= max_ks that gives
 // ctas * ks >= 1.5 CTAs per SM, each rank keeping >= 2 of the `stages` stages of K. max_ks = 8 by
 // default (the portable cluster size); 16 where asked (PYQUANT_STAGED_MAX_CLUSTER=16): at 64 tokens

@@ -33,10 +33,6 @@ bool Capturing(cudaStream_t stream) {
   return cudaStreamIsCapturing(stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone;
 }
 
-}  // namespace
-
-namespace {
-
 // cudaOccupancyMaxActiveClusters of one launch shape, cached (0 on an error).
 int MaxActiveClusters(const void* kernel, int device, int threads, int smem, int cluster) {
   struct Key {

@@ -41,6 +41,8 @@ struct StagedGridSplit {
 // outside CUDA-graph capture; buffers are never freed, since a captured graph keeps the buffers it
 // was captured with. Returns a StagedGridSplit with kz = 1 (no second level) when kz <= 1, or when
 // the buffers are too small during capture, or on an allocation error (the CUDA error is cleared).
+StagedGridSplit StagedSplitBuffers(cudaStream_t stream, int kz, size_t m, size_t n, size_t flag_count);
+
 // One wave where possible: a grid of `tiles` output tiles x kz groups, each a cluster of ks CTAs of
 // `kernel` (threads, smem bytes per CTA), runs in one wave only if the GPU holds all its clusters at
 // once (cudaOccupancyMaxActiveClusters, cached per kernel, device and ks). A cluster must fit in one
@@ -48,7 +50,5 @@ struct StagedGridSplit {
 // bench/results/2026-11-26-h200-s24-cluster-occupancy.txt), so 16 clusters of 8 took two waves. While
 // the clusters do not fit but the CTAs would, ks halves and kz doubles (the same K parts), kz <= max_kz.
 void FitStagedSplitToOneWave(const void* kernel, int threads, int smem, int64_t tiles, int max_kz, int* ks, int* kz);
-
-StagedGridSplit StagedSplitBuffers(cudaStream_t stream, int kz, size_t m, size_t n, size_t flag_count);
 
 }  // namespace pyquant

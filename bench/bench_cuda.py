@@ -78,9 +78,6 @@ Methods (fp16 activations):
                     ort_ops/cuda/staged_split.h; z1 = clusters only, the session-23 split); st256:
                     INT4's staged kernel to M = 256 on every narrow layer; stagedall: FP8's at every
                     M (not in the default list)
-  pyquant_int4_[st256]{t64,t128}, pyquant_fp8_{t128,stagedallt64,stagedallt128}  the staged
-                    kernels' token rows above M = 64 (PYQUANT_STAGED_TOKENS; FP8: per-channel
-                    scales only) (not in the default list)
   pyquant_int4_nostaged  the default without the staged kernel of session 20, i.e. the session-19
                     dispatch (PYQUANT_INT4_MID_VARIANT=nostaged) (not in the default list)
   pyquant_{int4,fp8}_nopdl / _pdllate  programmatic dependent launch off (PYQUANT_CUDA_PDL=0) / on
@@ -297,23 +294,6 @@ METHOD_ENV = {
         )
     },
     "pyquant_int4_st256": {"PYQUANT_INT4_STAGED_MAX_M": "256"},
-    # 128 tokens per staged CTA above M = 64 (PYQUANT_STAGED_TOKENS=128, session 25): one weight
-    # decode per 128 tokens; with st256 / stagedall also where the default takes another kernel
-    "pyquant_int4_t128": {"PYQUANT_STAGED_TOKENS": "128"},
-    "pyquant_int4_st256t128": {"PYQUANT_INT4_STAGED_MAX_M": "256", "PYQUANT_STAGED_TOKENS": "128"},
-    "pyquant_int4_t64": {"PYQUANT_STAGED_TOKENS": "64"},
-    "pyquant_int4_st256t64": {"PYQUANT_INT4_STAGED_MAX_M": "256", "PYQUANT_STAGED_TOKENS": "64"},
-    "pyquant_fp8_t128": {"PYQUANT_STAGED_TOKENS": "128"},
-    "pyquant_fp8_stagedallt128": {
-        "PYQUANT_FP8_GEMV": "staged",
-        "PYQUANT_FP8_SM90_MIN_M": str(1 << 40),
-        "PYQUANT_STAGED_TOKENS": "128",
-    },
-    "pyquant_fp8_stagedallt64": {
-        "PYQUANT_FP8_GEMV": "staged",
-        "PYQUANT_FP8_SM90_MIN_M": str(1 << 40),
-        "PYQUANT_STAGED_TOKENS": "64",
-    },
     "pyquant_fp8_n64sk": {
         "PYQUANT_FP8_SM90_TILE": "n64",
         "PYQUANT_FP8_SM90_MIN_M": "1",

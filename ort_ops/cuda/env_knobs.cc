@@ -33,8 +33,6 @@ StagedSplitLimits CudaStagedSplitLimits() {
   if (c == 1 || c == 2 || c == 4 || c == 8 || c == 16) l.max_cluster = c;
   const int z = EnvInt("PYQUANT_STAGED_SPLIT_Z", l.max_kz);
   if (z == 1 || z == 2 || z == 4 || z == 8) l.max_kz = z;
-  const int t = EnvInt("PYQUANT_STAGED_TOKENS", l.tokens_above_64);
-  if (t == 64 || t == 128) l.tokens_above_64 = t;
   return l;
 }
 

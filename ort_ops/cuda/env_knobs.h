@@ -18,8 +18,7 @@ int EnvChoice(const char* name, std::initializer_list<const char*> names, int df
 // The staged kernels' K split caps (both ops; staged_split.h):
 //   PYQUANT_STAGED_MAX_CLUSTER: the largest cluster (StagedClusterSplit), 1 / 2 / 4 / 8 / 16, else 8;
 //   PYQUANT_STAGED_SPLIT_Z: the largest grid split (StagedGridSplitFor), 1 (none) / 2 / 4 / 8, else
-//   the default StagedSplitLimits::max_kz;
-//   PYQUANT_STAGED_TOKENS: the tokens per CTA above M = 64, 64 / 128, else the plans' rule.
+//   the default StagedSplitLimits::max_kz.
 StagedSplitLimits CudaStagedSplitLimits();
 
 // The Hopper GEMM scheduler knobs under one prefix (e.g. "PYQUANT_INT4_SM90"):

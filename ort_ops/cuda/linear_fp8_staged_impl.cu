@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(32 * WN * WK, kMinBlocks)
 constexpr int kNt = 2;
 struct Fp8StagedPlan {
   bool ok = false;
-  int mt8 = 1;  // 8-token tiles per CTA: 1, 2, 4, 8 by M, 16 above 64 where asked
+  int mt8 = 1;  // 8-token tiles per CTA: 1, 2, 4, 8 by M
   bool tall = false;
   int ks = 1;  // CTAs per cluster splitting K (sm_90 only)
   int kz = 1;  // groups along grid.z splitting K further (staged_split.h)
@@ -253,10 +253,7 @@ Fp8StagedPlan PlanFp8Staged(const Fp8StagedProblem& p) {
   Fp8StagedPlan plan;
   if (p.m < 1) return plan;
   if (p.block_size != 0 && (p.block_size < 64 || (p.block_size & (p.block_size - 1)) != 0)) return plan;
-  // 128 tokens per CTA above M = 64 only where asked (PYQUANT_STAGED_TOKENS=128), with per-channel
-  // scales: per-block ones keep a second [NT][16][4] of partial sums, which spills (1.3 KB, ptxas -v).
-  const bool tokens128 = p.m > 64 && p.split.tokens_above_64 == 128 && p.block_size == 0;
-  plan.mt8 = p.m <= 8 ? 1 : p.m <= 16 ? 2 : p.m <= 32 ? 4 : tokens128 ? 16 : 8;
+  plan.mt8 = p.m <= 8 ? 1 : p.m <= 16 ? 2 : p.m <= 32 ? 4 : 8;
   int dev = 0;
   const bool sm90 = CurrentDeviceIsSm90(&dev);
   const int sms = CudaSmCount(dev) > 0 ? CudaSmCount(dev) : 132;
@@ -267,7 +264,7 @@ Fp8StagedPlan PlanFp8Staged(const Fp8StagedProblem& p) {
   };
   // As the INT4 kernel's auto shape (PlanInt4Staged): tall where the wide grid, split 8 ways,
   // leaves most SMs idle (at 64 tokens per CTA only where it is tiny: X re-reads).
-  const int64_t tall_factor = plan.mt8 >= 8 ? 32 : 8;
+  const int64_t tall_factor = plan.mt8 == 8 ? 32 : 8;
   plan.tall = p.shape == kInt4StagedTall || (p.shape == kInt4StagedAuto && ctas(false) * tall_factor < sms);
   const int stage_k = 64 * (plan.tall ? 4 : 2);
   if (p.k % stage_k != 0) {
@@ -303,17 +300,12 @@ cudaError_t LaunchShape(const Fp8StagedProblem& p, int ks, int kz, PdlMode pdl, 
 template <typename T, int MT8>
 cudaError_t LaunchTokens(const Fp8StagedProblem& p, const Fp8StagedPlan& plan, PdlMode pdl, cudaStream_t stream) {
   const bool block = p.block_size != 0;
-  if constexpr (MT8 == 16) {  // per-channel scales only (PlanFp8Staged)
-    return plan.tall ? LaunchShape<T, MT8, 2, 4, false>(p, plan.ks, plan.kz, pdl, stream)
-                     : LaunchShape<T, MT8, 4, 2, false>(p, plan.ks, plan.kz, pdl, stream);
-  } else {
-    if (plan.tall) {
-      return block ? LaunchShape<T, MT8, 2, 4, true>(p, plan.ks, plan.kz, pdl, stream)
-                   : LaunchShape<T, MT8, 2, 4, false>(p, plan.ks, plan.kz, pdl, stream);
-    }
-    return block ? LaunchShape<T, MT8, 4, 2, true>(p, plan.ks, plan.kz, pdl, stream)
-                 : LaunchShape<T, MT8, 4, 2, false>(p, plan.ks, plan.kz, pdl, stream);
+  if (plan.tall) {
+    return block ? LaunchShape<T, MT8, 2, 4, true>(p, plan.ks, plan.kz, pdl, stream)
+                 : LaunchShape<T, MT8, 2, 4, false>(p, plan.ks, plan.kz, pdl, stream);
   }
+  return block ? LaunchShape<T, MT8, 4, 2, true>(p, plan.ks, plan.kz, pdl, stream)
+               : LaunchShape<T, MT8, 4, 2, false>(p, plan.ks, plan.kz, pdl, stream);
 }
 
 }  // namespace
@@ -329,8 +321,7 @@ cudaError_t LaunchFp8Staged(const Fp8StagedProblem& p, PdlMode pdl, cudaStream_t
     case 1: return LaunchTokens<T, 1>(p, plan, pdl, stream);
     case 2: return LaunchTokens<T, 2>(p, plan, pdl, stream);
     case 4: return LaunchTokens<T, 4>(p, plan, pdl, stream);
-    case 8: return LaunchTokens<T, 8>(p, plan, pdl, stream);
-    default: return LaunchTokens<T, 16>(p, plan, pdl, stream);
+    default: return LaunchTokens<T, 8>(p, plan, pdl, stream);
   }
 }
 

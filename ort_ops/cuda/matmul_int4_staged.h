@@ -20,7 +20,7 @@ constexpr int kInt4StagedTall = 2;
 
 struct Int4StagedPlan {
   bool ok = false;    // the kernel covers the problem (block_size >= 64, K a whole number of stages)
-  int mt8 = 1;        // 8-token tiles per CTA: 1, 2, 4, 8 by M, 16 above 64 where chosen (grid.y covers the rest)
+  int mt8 = 1;        // 8-token tiles per CTA: 1, 2, 4, 8 by M (grid.y covers the rest)
   bool tall = false;  // the 2 x 4 warp grid
   int ks = 1;         // CTAs per cluster splitting K (sm_90 only)
   int kz = 1;         // groups along grid.z splitting K further (staged_split.h)

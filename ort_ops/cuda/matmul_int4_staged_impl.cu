@@ -308,39 +308,23 @@ cudaError_t LaunchStaged(int ks, int kz, int max_kz, const T* x, const uint8_t* 
                               pdl.launch, x, b, s, zp, bias, y, g, ls.ks, ls.gs, pdl.weights_early);
 }
 
-// The column tiles per warp at MT8 token tiles: 4 up to 16 tokens, else 2 (accumulators: 128
-// fp32 registers at 128 tokens, one CTA per SM).
+// The column tiles per warp at MT8 token tiles: 4 up to 16 tokens, else 2 (accumulators).
 constexpr int StagedNt(int mt8) { return mt8 <= 2 ? 4 : 2; }
 
 template <typename T, int MT8>
 cudaError_t LaunchStagedShape(const Int4StagedPlan& plan, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
                               const T* bias, T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   constexpr int NT = StagedNt(MT8);
-  if constexpr (MT8 == 16) {
-    // 128 tokens: wide only (a tall CTA's four stages of 128 x 256-wide X would need 288 KB)
-    return zp != nullptr ? LaunchStaged<T, MT8, NT, 4, 2, true>(plan.ks, plan.kz, plan.max_kz, x, b, s, zp, bias, y, g,
-                                                                pdl, stream)
-                         : LaunchStaged<T, MT8, NT, 4, 2, false>(plan.ks, plan.kz, plan.max_kz, x, b, s, zp, bias, y, g,
-                                                                 pdl, stream);
-  } else {
-    if (zp != nullptr) {
-      return plan.tall ? LaunchStaged<T, MT8, NT, 2, 4, true>(plan.ks, plan.kz, plan.max_kz, x, b, s, zp, bias, y, g,
-                                                              pdl, stream)
-                       : LaunchStaged<T, MT8, NT, 4, 2, true>(plan.ks, plan.kz, plan.max_kz, x, b, s, zp, bias, y, g,
-                                                              pdl, stream);
-    }
-    return plan.tall ? LaunchStaged<T, MT8, NT, 2, 4, false>(plan.ks, plan.kz, plan.max_kz, x, b, s, zp, bias, y, g,
-                                                             pdl, stream)
-                     : LaunchStaged<T, MT8, NT, 4, 2, false>(plan.ks, plan.kz, plan.max_kz, x, b, s, zp, bias, y, g,
-                                                             pdl, stream);
+  if (zp != nullptr) {
+    return plan.tall ? LaunchStaged<T, MT8, NT, 2, 4, true>(plan.ks, plan.kz, plan.max_kz, x, b, s, zp, bias, y, g, pdl,
+                                                            stream)
+                     : LaunchStaged<T, MT8, NT, 4, 2, true>(plan.ks, plan.kz, plan.max_kz, x, b, s, zp, bias, y, g, pdl,
+                                                            stream);
   }
-}
-
-// The token rows of a CTA at M > 64: PYQUANT_STAGED_TOKENS where set, else 64 (the rule to come
-// from measurements).
-int Int4StagedTokensAbove64(const Int4Geom& g, const Int4StagedLimits& lim) {
-  (void)g;
-  return lim.split.tokens_above_64 != 0 ? lim.split.tokens_above_64 : 64;
+  return plan.tall ? LaunchStaged<T, MT8, NT, 2, 4, false>(plan.ks, plan.kz, plan.max_kz, x, b, s, zp, bias, y, g, pdl,
+                                                           stream)
+                   : LaunchStaged<T, MT8, NT, 4, 2, false>(plan.ks, plan.kz, plan.max_kz, x, b, s, zp, bias, y, g, pdl,
+                                                           stream);
 }
 
 }  // namespace
@@ -348,7 +332,7 @@ int Int4StagedTokensAbove64(const Int4Geom& g, const Int4StagedLimits& lim) {
 Int4StagedPlan PlanInt4Staged(int shape, const Int4Geom& g, Int4StagedLimits lim) {
   Int4StagedPlan plan;
   if (g.bs_log2 < 6) return plan;
-  plan.mt8 = g.m <= 8 ? 1 : g.m <= 16 ? 2 : g.m <= 32 ? 4 : g.m > 64 && Int4StagedTokensAbove64(g, lim) == 128 ? 16 : 8;
+  plan.mt8 = g.m <= 8 ? 1 : g.m <= 16 ? 2 : g.m <= 32 ? 4 : 8;
   while (lim.max_tokens >= 8 && 8 * plan.mt8 > lim.max_tokens) plan.mt8 /= 2;
   const int nt = StagedNt(plan.mt8);
   int dev = 0;
@@ -362,9 +346,8 @@ Int4StagedPlan PlanInt4Staged(int shape, const Int4Geom& g, Int4StagedLimits lim
   // than a quarter of the SMs (wide CTAs * 32 < SMs). H100, M = 48 / 64 (…-s20-staged-narrow-bench-cuda.md): N = 1024
   // wide 14.8 / 21.0 µs vs tall 19.5 / 27.2 (K = 8192 / 14336); N = 512 tall 13.6 vs wide 20.5.
   auto ctas = [&](bool tall) { return (g.n + 16 * nt * (tall ? 2 : 4) - 1) / (16 * nt * (tall ? 2 : 4)) * m_tiles; };
-  const int64_t tall_factor = plan.mt8 >= 8 ? 32 : 8;
-  plan.tall =
-      plan.mt8 < 16 && (shape == kInt4StagedTall || (shape == kInt4StagedAuto && ctas(false) * tall_factor < sms));
+  const int64_t tall_factor = plan.mt8 == 8 ? 32 : 8;
+  plan.tall = shape == kInt4StagedTall || (shape == kInt4StagedAuto && ctas(false) * tall_factor < sms);
   const int stage_k = 64 * (plan.tall ? 4 : 2);
   if (g.k % stage_k != 0) return plan;
   const int stages = g.k / stage_k;
@@ -388,8 +371,7 @@ cudaError_t LaunchInt4Staged(int shape, Int4StagedLimits lim, const T* x, const 
     case 1: return LaunchStagedShape<T, 1>(plan, x, b, s, zp, bias, y, g, pdl, stream);
     case 2: return LaunchStagedShape<T, 2>(plan, x, b, s, zp, bias, y, g, pdl, stream);
     case 4: return LaunchStagedShape<T, 4>(plan, x, b, s, zp, bias, y, g, pdl, stream);
-    case 8: return LaunchStagedShape<T, 8>(plan, x, b, s, zp, bias, y, g, pdl, stream);
-    default: return LaunchStagedShape<T, 16>(plan, x, b, s, zp, bias, y, g, pdl, stream);
+    default: return LaunchStagedShape<T, 8>(plan, x, b, s, zp, bias, y, g, pdl, stream);
   }
 }
 

@@ -20,14 +20,10 @@
 namespace pyquant {
 
 // Caps on the split (PYQUANT_STAGED_MAX_CLUSTER / PYQUANT_STAGED_SPLIT_Z, env_knobs.h): the largest
-// cluster (1, 2, 4, 8 or 16) and the largest number of grid.z groups (1 = no second level). With
-// them, since K split and token tile trade against each other, the token rows of a CTA above M = 64
-// (PYQUANT_STAGED_TOKENS): 64, or 128 (one weight decode per 128 tokens, with half the CTAs, so
-// more K split; the plans' defaults pick).
+// cluster (1, 2, 4, 8 or 16) and the largest number of grid.z groups (1 = no second level).
 struct StagedSplitLimits {
   int max_cluster = 8;
-  int max_kz = 8;           // at most 8 (the kernels' ordered sums are unrolled to 8)
-  int tokens_above_64 = 0;  // 0 = the plan's rule; 64 or 128 force that tile at M > 64
+  int max_kz = 8;  // at most 8 (the kernels' ordered sums are unrolled to 8)
 };
 
 // The second level's buffers, as the kernels take them (kz == 1: none, all null).

@@ -5,8 +5,6 @@ arrive adding them in z order. Cases: N not a multiple of the CTA's channels (no
 token rows (M = 33, 65, 129, 200, 255), K split into up to 64 parts, fp16 / bf16, symmetric /
 asymmetric INT4, per-channel / per-block FP8, bias. Outputs are poisoned before each run.
 
-128 tokens per CTA above M = 64 (PYQUANT_STAGED_TOKENS=128) are checked the same way.
-
 Also: the result is bit-identical run to run and across interleaved shapes (the arrival counters
 re-arm themselves; the sum order does not depend on which group arrives last), and between an
 uncaptured session and a CUDA-graph replay of the same shape; and with 8 threads over 2 sessions.
@@ -149,49 +147,3 @@ def test_staged_split_concurrent_sessions(rng, op):
         results = list(pool.map(job, range(64)))
     for i, y in results:
         np.testing.assert_array_equal(y, serial[i % len(xs)], err_msg=f"job {i}")
-
-
-# 128 tokens per CTA above M = 64 (PYQUANT_STAGED_TOKENS=128, session 25): M = 65 .. 256 in one or two
-# grid rows of 128, partial ones included, with the default split, none, and a deep grid split.
-M_128 = [65, 100, 128, 129, 200, 255, 256]
-SPLITS_128 = [("", ""), ("1", "1"), ("2", "8")]
-
-
-@pytest.mark.parametrize("split", SPLITS_128, ids=lambda s: f"c{s[0]}z{s[1]}" if s[0] else "default")
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("symmetric", [True, False])
-@pytest.mark.parametrize("kn", [(14336, 264), (8192, 1000), (4096, 40)])
-def test_int4_staged_tokens128(rng, split, dtype, symmetric, kn):
-    k, n = kn
-    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, 128, dtype, symmetric, True)
-    sess = _session(model, env={**_int4_env(split, False), "PYQUANT_STAGED_TOKENS": "128"})
-    _check_int4(sess, rng, M_128, k, n, 128, dtype, b, scales_t, zp, bias_t)
-
-
-@pytest.mark.parametrize("split", SPLITS_128, ids=lambda s: f"c{s[0]}z{s[1]}" if s[0] else "default")
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("block_size", [0, 128])  # 128: per-block scales keep 64 tokens
-@pytest.mark.parametrize("kn", [(14336, 264), (8192, 1000), (4096, 40)])
-def test_fp8_staged_tokens128(rng, split, dtype, block_size, kn):
-    k, n = kn
-    model, w8, ws, bias_t = _fp8_case(rng, k, n, block_size, dtype, None, True)
-    sess = _session(model, env={**_fp8_env(split), "PYQUANT_STAGED_TOKENS": "128"})
-    _check_fp8(sess, rng, M_128, k, n, dtype, w8, ws, block_size, None, bias_t)
-
-
-@pytest.mark.parametrize("op", ["int4", "fp8"])
-def test_staged_tokens128_bit_identical(rng, op):
-    """128-token CTAs with a deep grid split: the same bits every run, other shapes in between."""
-    k, n, dtype = 8192, 1000, "float16"
-    if op == "int4":
-        model = _int4_case(rng, k, n, 128, dtype, False, True)[0]
-        env = _int4_env(("2", "8"), False)
-    else:
-        model = _fp8_case(rng, k, n, 0, dtype, None, True)[0]
-        env = _fp8_env(("2", "8"))
-    sess = _session(model, env={**env, "PYQUANT_STAGED_TOKENS": "128"})
-    xs = {m: _as_t(rng.standard_normal((m, k)), dtype) for m in (100, 200, 7)}
-    first = {m: run_cuda(sess, x, n, dtype) for m, x in xs.items()}
-    for _ in range(3):
-        for m in (200, 7, 100):
-            np.testing.assert_array_equal(run_cuda(sess, xs[m], n, dtype), first[m], err_msg=f"M={m}")

@@ -790,6 +790,11 @@ def main():
         # interleaved: every method's sessions and graphs first, then per M rounds over all of them
         t0 = time.time()
         prepared = {method: measure(method, prepare_only=True) for method in methods}
+        # GPU memory with every method's sessions and graphs alive (session 25: a 16-layer run of six
+        # methods died with an illegal address at its first timed round, an 8-layer one did not)
+        free_b, total_b = torch.cuda.mem_get_info()
+        used_gib, total_gib = (total_b - free_b) / 2**30, total_b / 2**30
+        log(f"{k}x{n}: {len(prepared)} methods ready; GPU memory used {used_gib:.1f} of {total_gib:.1f} GiB")
         results = {method: {} for method in methods}
         for m in m_list:
             runners = {meth: res[m] for meth, (res, _) in prepared.items() if "fn" in res.get(m, {})}

@@ -1,7 +1,8 @@
 """The CPU kernels under each instruction-set cap against the float64 reference: PYQUANT_CPU_ISA is
 read once per process, so each cap runs the MatMulInt4 / LinearFp8 checks of test_matmul_int4.py /
 test_linear_fp8.py in a subprocess. Small M (the GEMV kernels) and large M (the blocked GEMM's
-micro-kernels and panel decoders, with partial row tiles and partial 16-column panels)."""
+micro-kernels and panel decoders, with partial row tiles and partial 16-column panels; INT4 at
+every block size with K tails)."""
 
 import os
 import subprocess
@@ -24,6 +25,13 @@ for lead in [(3,), (2, 75)]:
         int4_case(rng, k=320, n=35, bs=32, dtype=dtype, symmetric=True, with_bias=False, lead=lead)
         fp8_check(rng, 384, 40, dtype, block_size=0, with_bias=True, lead=lead)
         fp8_check(rng, 320, 35, dtype, block_size=64, lead=lead)
+
+# The blocked GEMM's INT4 panel decoders at every block size, zero points over 0..15, 37 columns
+# (a panel half-empty past N), K with tails: K = 300 / 301 (chunks of 256 + 44 / 45, an odd tail),
+# 520 (256 + 256 + 8: a chunk shorter than the 16-code groups of the AVX2 decoder).
+for bs in [16, 32, 64, 128, 256]:
+    for k in [300, 301, 520]:
+        int4_case(rng, k=k, n=37, bs=bs, dtype="float32", symmetric=False, with_bias=False, lead=(150,))
 
 # Every e4m3 code in W (subnormals, zeros of both signs, +-448), K = 300: the chunks of 256 and 44
 # leave a tail of 4 codes after the 8-code groups of the AVX2 decoder; scale blocks of 16 and 32.

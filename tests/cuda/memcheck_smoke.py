@@ -2,8 +2,9 @@
 
     compute-sanitizer --tool memcheck python tests/cuda/memcheck_smoke.py [--only SECTIONS]
 
-SECTIONS: a comma-separated subset of int4, mid, shuffled, knobs, fp8 (default: all; the whole
-script takes over 200 s under memcheck on an H100).
+SECTIONS: a comma-separated subset of int4, mid, shuffled, knobs, fp8, split (default: all of
+these; the whole script takes over 200 s under memcheck on an H100), and the opt-in bench (the
+benchmark's 4096 x 14336 / 14336 x 4096 layers at M = 1 ... 1024).
 
 Touches every dispatch path (reference kernels, small-M and large-M kernels, the sm90 CUTLASS
 GEMMs on a Hopper GPU, K tails, odd N) on shapes small enough for the sanitizer. Also run under
@@ -189,6 +190,13 @@ def main() -> int:
             with knobs({**deep, "PYQUANT_FP8_GEMV": "staged", "PYQUANT_FP8_SM90_MIN_M": str(1 << 40)}):
                 n_checked += check_fp8(dtype, 8192, 1000, 0, (9, 40, 100))
                 n_checked += check_fp8(dtype, 8192, 264, 128, (100,))
+        # opt-in (--only bench, not in the default list: minutes under memcheck): the benchmark's
+        # large layers at its M (session 25: bench_cuda.py's six methods x 16 layers in one process
+        # hit an illegal address; every subset of the methods did not)
+        if dtype == "float16" and "bench" in only:
+            for k, n in ((4096, 14336), (14336, 4096)):
+                n_checked += check_int4(dtype, k, n, 128, True, (1, 4, 16, 64, 256, 1024))
+                n_checked += check_fp8(dtype, k, n, 0, (1, 4, 16, 64, 256, 1024))
     print(f"memcheck_smoke: {n_checked} runs matched the reference")
     return 0
 

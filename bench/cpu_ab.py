@@ -8,7 +8,9 @@ process (PYQUANT_LIBRARY selects the build; a process loads one), then each ``--
 the same way (the median of ``session.run`` over a few seconds, input_ids / attention_mask of
 8 x 128 tokens: the main job's speed batch). The order of A and B alternates by round. Reported per
 point: the minimum and the median over rounds. The minimum is the figure least disturbed by other
-tenants of a shared machine; the spread shows how far to trust it.
+tenants of a shared machine; the spread shows how far to trust it. ``--threads 1 --clock thread``
+times the per-layer points in CPU time of the calling thread (bench_cpu.py), which a loaded host
+disturbs least; the ``--models`` timings stay wall clock.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="", help="ONNX files to time whole (comma-separated)")
     ap.add_argument("--model-seconds", type=float, default=4.0)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--clock", choices=["wall", "thread"], default="wall", help="bench_cpu.py's --clock")
     ap.add_argument("--out", default=None, help="path prefix for .json / .md")
     args = ap.parse_args(argv)
     libs = {"A": args.lib_a, "B": args.lib_b}
@@ -75,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         "--shapes",
         args.shapes,
     ]
-    bench += ["--m", args.m, "--threads", str(args.threads), "--budget", "1.0"]
+    bench += ["--m", args.m, "--threads", str(args.threads), "--clock", args.clock, "--budget", "1.0"]
     models = [m for m in args.models.split(",") if m]
     for r in range(args.rounds):
         for tag in ("A", "B") if r % 2 == 0 else ("B", "A"):
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     points = sorted({p for p, _ in times})
     lines = [
         f"A = `{args.lib_a}`, B = `{args.lib_b}`; {args.rounds} rounds, A / B order alternating; "
-        f"ms, min (median) over rounds; {args.threads} threads.",
+        f"ms, min (median) over rounds; {args.threads} threads, {args.clock} clock.",
         "",
         "| point | A | B | A / B (min) |",
         "|---|---|---|---|",

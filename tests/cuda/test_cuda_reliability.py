@@ -112,6 +112,13 @@ def test_cuda_concurrent_sessions_bit_identical(dtype: str, fp8_static: bool) ->
     # M from the GEMV-style small-M kernels to the tiled large-M ones (ort_ops/cuda dispatch).
     inputs = _inputs(dtype, [1, 3, 16, 33, 64, 200])
     sessions = [cuda_session(model, intra_threads=2) for _ in range(2)]
+    assert_concurrent_runs_bit_identical(sessions, inputs, jobs=96)
+
+
+def assert_concurrent_runs_bit_identical(sessions: list, inputs: list[np.ndarray], jobs: int) -> None:
+    """Two sessions of one model: each input run serially on sessions[0] (finite, and sessions[1]
+    agrees bit for bit), then `jobs` runs over 8 threads, alternating sessions and inputs, each equal
+    to the serial result bit for bit."""
     serial = [sessions[0].run(None, {"X": x})[0] for x in inputs]
     for x, y in zip(inputs, serial, strict=True):  # the two sessions agree serially too
         np.testing.assert_array_equal(sessions[1].run(None, {"X": x})[0], y)
@@ -121,7 +128,7 @@ def test_cuda_concurrent_sessions_bit_identical(dtype: str, fp8_static: bool) ->
         return i, sessions[i % 2].run(None, {"X": inputs[i % len(inputs)]})[0]
 
     with ThreadPoolExecutor(max_workers=8) as pool:
-        results = list(pool.map(job, range(96)))
+        results = list(pool.map(job, range(jobs)))
     for i, y in results:
         np.testing.assert_array_equal(y, serial[i % len(inputs)], err_msg=f"job {i}")
 

@@ -122,9 +122,7 @@ def test_staged_split_concurrent_sessions(rng, op):
     """8 threads over 2 sessions (ORT issues concurrent runs on different CUDA streams, each with
     its own split buffers and counters; runs on one stream share them), grid-split layers at
     M = 7 / 64 / 100 / 200: every result bit-identical to a serial run."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from tests.ops.graphs import run_session
+    from tests.cuda.test_cuda_reliability import assert_concurrent_runs_bit_identical
 
     k, n, dtype = 8192, 1000, "float16"
     if op == "int4":
@@ -135,15 +133,4 @@ def test_staged_split_concurrent_sessions(rng, op):
         env = _fp8_env(("2", "8"))
     sessions = [_session(model, env=env) for _ in range(2)]
     xs = [rng.standard_normal((m, k)).astype(np.float16) for m in (7, 64, 100, 200)]
-    serial = [run_session(sessions[0], x) for x in xs]
-    for x, y in zip(xs, serial, strict=True):
-        np.testing.assert_array_equal(run_session(sessions[1], x), y)
-        assert np.isfinite(y).all()
-
-    def job(i: int):
-        return i, run_session(sessions[i % 2], xs[i % len(xs)])
-
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        results = list(pool.map(job, range(64)))
-    for i, y in results:
-        np.testing.assert_array_equal(y, serial[i % len(xs)], err_msg=f"job {i}")
+    assert_concurrent_runs_bit_identical(sessions, xs, jobs=64)

@@ -481,7 +481,7 @@ def time_stream(fn, reps, repeats=5):
     return statistics.median(spans), spans
 
 
-def time_interleaved(runners, rounds, seed=0):
+def time_interleaved(runners, rounds, seed=0, debug_sync=False, label=""):
     """runners: {method: {"fn", "reps"}} of one shape and M. Times one batch of `reps` calls per
     method per round, the methods in a fresh random order each round, each batch right after an
     untimed quarter batch of the same method, and returns {method: (median seconds per batch,
@@ -489,7 +489,9 @@ def time_interleaved(runners, rounds, seed=0):
     after a power-hungry method (an fp16 GEMM) runs slower; with a fixed (even rotated) order a
     method always follows the same neighbour (2026-11-23: an identical copy of the default INT4
     method measured 10-20 % apart at M = 256 that way). The warm-up lets every method time its
-    own steady state, and the random order spreads what is left evenly."""
+    own steady state, and the random order spreads what is left evenly. debug_sync: in the first
+    round, log each method before its batch and synchronise after its warm-up, so that a device
+    fault names the method that raised it."""
     import random
 
     import torch
@@ -497,11 +499,15 @@ def time_interleaved(runners, rounds, seed=0):
     names = list(runners)
     spans = {name: [] for name in names}
     order_rng = random.Random(seed)
-    for _ in range(rounds):
+    for rnd in range(rounds):
         order = names[:]
         order_rng.shuffle(order)
         for name in order:
             fn, reps = runners[name]["fn"], runners[name]["reps"]
+            if debug_sync and rnd == 0:
+                log(f"  debug-sync {label} {name}: first replay")
+                fn()
+                torch.cuda.synchronize()
             for _ in range(max(1, reps // 4)):
                 fn()
             torch.cuda.synchronize()
@@ -649,7 +655,9 @@ def bench_torch(method, rng, k, n, layers, m_list, prepare_only=False):
             torch.cuda.synchronize()
             reps = reps_for(time.perf_counter() - t1)
             if prepare_only:
-                results[m] = {"fn": g.replay, "reps": reps, "check": lambda: None, "keep": (g, x, ws)}
+                # keep fn: its defaults / closure hold tensors the graph reads (s_w, `one`); a captured
+                # graph does not keep them alive, and their memory would go back to the allocator
+                results[m] = {"fn": g.replay, "reps": reps, "check": lambda: None, "keep": (g, x, ws, fn)}
                 if note:
                     results[m]["note"] = note
                 continue
@@ -682,6 +690,12 @@ def main():
     )
     ap.add_argument(
         "--rounds", type=int, default=7, help="interleaved rounds (timed batches) per method and M"
+    )
+    ap.add_argument(
+        "--debug-sync",
+        action="store_true",
+        help="log GPU memory after each method is prepared, and synchronise after each method's "
+        "first replay of the first round (names the method behind a device fault)",
     )
     args = ap.parse_args()
 
@@ -789,7 +803,14 @@ def main():
             continue
         # interleaved: every method's sessions and graphs first, then per M rounds over all of them
         t0 = time.time()
-        prepared = {method: measure(method, prepare_only=True) for method in methods}
+        prepared = {}
+        for method in methods:
+            prepared[method] = measure(method, prepare_only=True)
+            if args.debug_sync:
+                torch.cuda.synchronize()
+                free_b, total_b = torch.cuda.mem_get_info()
+                used_gib = (total_b - free_b) / 2**30
+                log(f"  debug-sync {k}x{n} {method} prepared; GPU memory used {used_gib:.1f} GiB")
         # GPU memory with every method's sessions and graphs alive (session 25: a 16-layer run of six
         # methods died with an illegal address at its first timed round, an 8-layer one did not)
         free_b, total_b = torch.cuda.mem_get_info()
@@ -798,7 +819,7 @@ def main():
         results = {method: {} for method in methods}
         for m in m_list:
             runners = {meth: res[m] for meth, (res, _) in prepared.items() if "fn" in res.get(m, {})}
-            timed = time_interleaved(runners, args.rounds)
+            timed = time_interleaved(runners, args.rounds, debug_sync=args.debug_sync, label=f"{k}x{n} M={m}")
             for meth, (res, _) in prepared.items():
                 r = res.get(m, {"error": "missing"})
                 if meth in timed:

@@ -6,6 +6,7 @@
 #include "cpu/blocked_gemm.h"
 #include "cpu/cpu_types.h"
 #include "cpu/gemv.h"
+#include "cpu/int8_activations.h"
 #include "cpu/register_cpu.h"
 #include "ops/matmul_int4.h"
 
@@ -24,6 +25,7 @@ class MatMulInt4Cpu final : public Kernel {
 
   void Compute(OrtKernelContext* ctx) override {
     const MatMulInt4Problem p = BindMatMulInt4(ctx, attrs_, kType);
+    if (attrs_.int8_activations()) return ComputeInt8(ctx, p);
     if (p.m > 0 && p.m <= GemvMaxM(kInt4GemvMaxM)) return ComputeGemv(ctx, p);
     const int64_t k = attrs_.k, n = attrs_.n, bs = attrs_.block_size, nb = attrs_.n_blocks();
     const int64_t row_bytes = Int4RowBytes(k, bs);
@@ -119,6 +121,31 @@ class MatMulInt4Cpu final : public Kernel {
         [&](int64_t n0, int64_t n1, float* acc, int64_t ld_acc) { Int4GemvRows(gp, n0, n1, acc, ld_acc); },
         [&](int64_t mi, int64_t j, float sum) {
           y[mi * n + j] = FromFloat<T>(sum + (bias ? ToFloat(bias[j]) : 0.0f));
+        });
+  }
+
+  // accuracy_level 4 (cpu/int8_activations.h): X to int8 per row and block, then integer dot
+  // products per block, at every M (the kernel shares each decoded chunk between 4 rows of X).
+  void ComputeInt8(OrtKernelContext* ctx, const MatMulInt4Problem& p) {
+    if (p.m == 0) return;
+    thread_local Int8Activations xq;  // reused between calls: no allocation per token at M = 1
+    QuantizeActivationsInt8(static_cast<const T*>(p.x), p.m, attrs_.k, attrs_.block_size, &xq);
+    Int4Int8Params ip;
+    ip.x = &xq;
+    ip.b = p.b;
+    ip.scales = p.scales;
+    ip.scale_type = std::is_same_v<T, float>  ? ScaleType::kFloat32
+                    : std::is_same_v<T, Half> ? ScaleType::kFloat16
+                                              : ScaleType::kBFloat16;
+    ip.zp = p.zero_points;
+    ip.block_size = attrs_.block_size;
+    const T* bias = static_cast<const T*>(p.bias);
+    T* y = static_cast<T*>(p.y);
+    RunGemvTasks(
+        ctx, p.m, attrs_.n, Int4RowBytes(attrs_.k, attrs_.block_size),
+        [&](int64_t n0, int64_t n1, float* acc, int64_t ld_acc) { Int4Int8Rows(ip, n0, n1, acc, ld_acc); },
+        [&](int64_t mi, int64_t j, float sum) {
+          y[mi * attrs_.n + j] = FromFloat<T>(sum + (bias ? ToFloat(bias[j]) : 0.0f));
         });
   }
 

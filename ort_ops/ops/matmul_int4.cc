@@ -34,6 +34,11 @@ MatMulInt4Attrs ReadMatMulInt4Attrs(const OrtKernelInfo* info) {
   if (TryGetIntAttr(info, "bits", &bits) && bits != 4) {
     throw OpError("attribute 'bits' must be 4, got " + std::to_string(bits));
   }
+  if (TryGetIntAttr(info, "accuracy_level", &a.accuracy_level) &&
+      (a.accuracy_level < 0 || a.accuracy_level > MatMulInt4Attrs::kInt8ActivationLevel)) {
+    throw OpError("attribute 'accuracy_level' must be 0..4 (4: int8 activations on the CPU EP), got " +
+                  std::to_string(a.accuracy_level));
+  }
   if (a.k <= 0) throw OpError("attribute 'K' must be positive, got " + std::to_string(a.k));
   if (a.n <= 0) throw OpError("attribute 'N' must be positive, got " + std::to_string(a.n));
   if (a.k > (int64_t{1} << 31) || a.n > (int64_t{1} << 31)) throw OpError("attributes 'K' and 'N' must be < 2^31");

@@ -18,7 +18,12 @@ struct MatMulInt4Attrs {
   int64_t k = 0;           // input features
   int64_t n = 0;           // output features
   int64_t block_size = 0;  // power of two, 16..256
+  // 0..4 as ORT's MatMulNBits; 4: X quantized to int8 per row and block on the CPU EP (docs/ops.md,
+  // "Int8 activations"); 0-3, and every level on the CUDA EP: X used as float32.
+  int64_t accuracy_level = 0;
   int64_t n_blocks() const { return Int4NumBlocks(k, block_size); }
+  bool int8_activations() const { return accuracy_level == kInt8ActivationLevel; }
+  static constexpr int64_t kInt8ActivationLevel = 4;
 };
 
 // One call: shapes and pointers, all validated.

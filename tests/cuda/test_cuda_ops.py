@@ -157,6 +157,25 @@ def test_matmul_int4_cuda_large(rng, dtype, bs, symmetric, kn, tiled_min_m):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m", [1, 5, 48, 300])
+def test_matmul_int4_cuda_accuracy_level_4_is_a_minimum(rng, dtype, m):
+    """docs/ops.md: the CUDA EP takes accuracy_level 4 as a minimum and computes with X unquantized,
+    so the node runs (no CPU fallback) and its output is bit-identical to level 0's."""
+    from onnx import helper
+
+    from tests.ops.graphs import int4_model
+
+    k, n, bs = 512, 72, 64
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, False, True)
+    model.graph.node[0].attribute.append(helper.make_attribute("accuracy_level", 4))
+    level0 = int4_model(b, scales_t.astype(np.float32), k, n, bs, dtype=dtype, zero_points=zp, bias=bias_t)
+    x = _as_t(rng.standard_normal((m, k)), dtype)
+    y4 = run_cuda(_session(model), x, n, dtype)
+    np.testing.assert_array_equal(y4, run_cuda(_session(level0), x, n, dtype))
+    _check_int4(_session(model), rng, [m], k, n, bs, dtype, b, scales_t, zp, bias_t)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_matmul_int4_cuda_leading_dims(rng, dtype):
     k, n, bs = 256, 40, 32
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, False, True)

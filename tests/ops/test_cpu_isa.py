@@ -2,7 +2,7 @@
 read once per process, so each cap runs the MatMulInt4 / LinearFp8 checks of test_matmul_int4.py /
 test_linear_fp8.py in a subprocess. Small M (the GEMV kernels) and large M (the blocked GEMM's
 micro-kernels and panel decoders, with partial row tiles and partial 16-column panels; INT4 at
-every block size with K tails)."""
+every block size with K tails), and MatMulInt4's int8-activation kernels."""
 
 import os
 import subprocess
@@ -32,6 +32,16 @@ for lead in [(3,), (2, 75)]:
 for bs in [16, 32, 64, 128, 256]:
     for k in [300, 301, 520]:
         int4_case(rng, k=k, n=37, bs=bs, dtype="float32", symmetric=False, with_bias=False, lead=(150,))
+
+# MatMulInt4 with int8 activations (accuracy_level 4): the AVX2 kernel (also on AVX-512 hosts) and
+# the portable one, blocks that share a 64-code chunk (16 / 32) and blocks of whole chunks, K tails,
+# and the 4-row groups with every remainder.
+from tests.ops.test_matmul_int4_int8 import case as int8_case
+
+for bs in [16, 32, 64, 256]:
+    for m in [1, 2, 3, 6]:
+        int8_case(rng, k=300, n=37, bs=bs, dtype="float32", symmetric=m % 2 == 0, with_bias=True, lead=(m,))
+int8_case(rng, k=384, n=40, bs=128, dtype="bfloat16", symmetric=False, with_bias=False, lead=(2, 9))
 
 # Every e4m3 code in W (subnormals, zeros of both signs, +-448), K = 300: the chunks of 256 and 44
 # leave a tail of 4 codes after the 8-code groups of the AVX2 decoder; scale blocks of 16 and 32.

@@ -1,0 +1,145 @@
+// Int8-activation MatMulInt4 (cpu/int8_activations.h): the activation quantizer, the portable
+// kernel (any CPU; PYQUANT_CPU_ISA=base) and the ISA dispatch. The AVX2 kernel is in
+// int8_activations_avx2.cc.
+#include "cpu/int8_activations.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "common/dtypes.h"
+#include "cpu/blocked_gemm.h"
+#include "layout/int4_block.h"
+
+namespace pyquant {
+
+namespace {
+
+// Round half to even of |v| < 2^22 in the default rounding mode, without SSE4.1's roundps: adding
+// and subtracting 1.5 * 2^23 drops the fraction with the FPU's own rounding (nearest even). Written
+// this way so that the baseline-ISA loop below vectorizes; no fast-math anywhere in this library.
+inline float RoundHalfEven(float v) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  return (v + kMagic) - kMagic;
+}
+
+}  // namespace
+
+template <typename T>
+void QuantizeActivationsInt8(const T* x, int64_t m, int64_t k, int64_t block_size, Int8Activations* out) {
+  const int64_t nb = Int4NumBlocks(k, block_size);
+  const int64_t half_padded = nb * block_size / 2;
+  out->m = m;
+  out->n_blocks = nb;
+  out->stride = (half_padded + 31) / 32 * 32;
+  out->codes.assign(static_cast<size_t>(2 * m * out->stride), 0);
+  out->scales.resize(static_cast<size_t>(m * nb));
+  out->sums.assign(static_cast<size_t>(m * nb), 0);
+  std::vector<float> xf(static_cast<size_t>(block_size));
+  for (int64_t mi = 0; mi < m; ++mi) {
+    const T* xr = x + mi * k;
+    int8_t* even = out->codes.data() + mi * out->stride;
+    int8_t* odd = out->codes.data() + (m + mi) * out->stride;
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t k0 = b * block_size;
+      const int64_t len = std::min(block_size, k - k0);
+      float amax = 0.0f;
+      bool finite = true;
+      for (int64_t i = 0; i < len; ++i) {
+        const float v = ToFloat(xr[k0 + i]);
+        xf[i] = v;
+        const float a = std::fabs(v);
+        finite = finite && a <= std::numeric_limits<float>::max();  // false for Inf and NaN
+        amax = a > amax ? a : amax;
+      }
+      float& s_x = out->scales[mi * nb + b];
+      if (!finite || amax == 0.0f) {  // codes stay 0
+        s_x = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
+      const float inv = 127.0f / amax;
+      s_x = amax / 127.0f;
+      int32_t sum = 0;
+      for (int64_t i = 0; i < len; ++i) {
+        // |x| * (127 / amax) rounds to <= 127, except when amax < 127 / FLT_MAX makes inv infinite:
+        // then the products are +-Inf (clamped to +-127) or NaN for x = 0 (taken as 0).
+        float q = RoundHalfEven(xf[i] * inv);
+        q = q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : (q == q ? q : 0.0f));
+        const int64_t kk = k0 + i;
+        (kk % 2 ? odd : even)[kk / 2] = static_cast<int8_t>(q);
+        sum += static_cast<int32_t>(q);
+      }
+      out->sums[mi * nb + b] = sum;
+    }
+  }
+  const int64_t chunks = out->stride / 32;
+  if (block_size > 32) {
+    out->lane_scales.clear();
+    out->lane_sums.clear();
+    return;
+  }
+  out->lane_scales.assign(static_cast<size_t>(m * chunks * 8), 0.0f);
+  out->lane_sums.assign(static_cast<size_t>(m * chunks * 8), 0);
+  const int64_t lanes_per_block = block_size / 8;  // 2 or 4
+  for (int64_t mi = 0; mi < m; ++mi) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t lane0 = b * lanes_per_block;  // lanes counted over the row: 8 per chunk
+      float* ls = out->lane_scales.data() + mi * chunks * 8 + lane0;
+      for (int64_t l = 0; l < lanes_per_block; ++l) ls[l] = out->scales[mi * nb + b];
+      out->lane_sums[mi * chunks * 8 + lane0] = out->sums[mi * nb + b];
+    }
+  }
+}
+
+template void QuantizeActivationsInt8<float>(const float*, int64_t, int64_t, int64_t, Int8Activations*);
+template void QuantizeActivationsInt8<Half>(const Half*, int64_t, int64_t, int64_t, Int8Activations*);
+template void QuantizeActivationsInt8<BFloat16>(const BFloat16*, int64_t, int64_t, int64_t, Int8Activations*);
+
+namespace int8_isa {
+
+namespace {
+
+template <class ST>
+void RowsScalar(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  const Int8Activations& x = *p.x;
+  const int64_t nb = x.n_blocks, half = p.block_size / 2;
+  const int64_t row_bytes = nb * half, zp_row_bytes = (nb + 1) / 2;
+  const ST* scales = static_cast<const ST*>(p.scales);
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* brow = p.b + n * row_bytes;
+    for (int64_t m = 0; m < x.m; ++m) {
+      const int8_t* xe = x.even() + m * x.stride;
+      const int8_t* xo = x.odd() + m * x.stride;
+      float acc = 0.0f;
+      for (int64_t blk = 0; blk < nb; ++blk) {
+        const int zp = p.zp ? Int4ZeroPointAt(p.zp + n * zp_row_bytes, blk) : kInt4SymmetricZeroPoint;
+        int32_t dot = 0;
+        for (int64_t j = blk * half; j < (blk + 1) * half; ++j) {
+          dot += ((brow[j] & 0xF) - zp) * xe[j] + ((brow[j] >> 4) - zp) * xo[j];
+        }
+        acc += (ToFloat(scales[n * nb + blk]) * x.scales[m * nb + blk]) * static_cast<float>(dot);
+      }
+      y[m * ldy + (n - n0)] = acc;
+    }
+  }
+}
+
+}  // namespace
+
+void Int4Int8RowsBase(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  switch (p.scale_type) {
+    case ScaleType::kFloat16: RowsScalar<Half>(p, n0, n1, y, ldy); break;
+    case ScaleType::kBFloat16: RowsScalar<BFloat16>(p, n0, n1, y, ldy); break;
+    default: RowsScalar<float>(p, n0, n1, y, ldy); break;
+  }
+}
+
+}  // namespace int8_isa
+
+void Int4Int8Rows(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  // AVX-512 CPUs run the AVX2 kernel (AVX512-VNNI's vpdpbusd would be the next step there).
+  static const auto fn = CpuIsa() == CpuIsaLevel::kBase ? &int8_isa::Int4Int8RowsBase : &int8_isa::Int4Int8RowsAvx2;
+  fn(p, n0, n1, y, ldy);
+}
+
+}  // namespace pyquant

@@ -1,0 +1,68 @@
+// MatMulInt4 with int8 activations (accuracy_level = 4; docs/ops.md, "Int8 activations"), CPU EP.
+//
+// Why: with X rounded to int8 per row and weight block, every product (q - zp) * xq is a small
+// integer, and x86 SIMD multiplies 8-bit integers pairwise into 16-bit sums (AVX2 vpmaddubsw: 32
+// products per instruction, against 8 for a float32 FMA). The weight decode also shrinks to an
+// AND, a shift and a subtract per 32 codes, with no conversion to float. This is ORT's
+// MatMulNBits accuracy_level 4 contract, under the same name.
+//
+//   dot[m, n, b] = sum_{k in b} (q[n, k] - zp[n, b]) * xq[m, k]          (exact, int32)
+//                = sum_{k in b} q[n, k] * xq[m, k] - zp[n, b] * sum_{k in b} xq[m, k]
+//   Y[m, n]      = sum_b float32(scales[n, b] * s_x[m, b]) * dot[m, n, b]  (float32 sums)
+//
+// Two steps per call: QuantizeActivationsInt8 (X -> xq, s_x, in the weights' order), then
+// Int4Int8Rows per range of output columns (the parallel tasks of cpu/gemv.h's RunGemvTasks).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cpu/gemv.h"
+
+namespace pyquant {
+
+// X quantized per row and block, split by k parity like the float small-M path (cpu/gemv.h): byte
+// j of a row's even half is xq[m, 2j], of its odd half xq[m, 2j + 1], so that the low / high
+// nibbles of packed weight byte j meet them. Zero from K to the row stride, which covers the
+// padded K (n_blocks * block_size) rounded up to 64 codes: the kernels read whole 32-byte chunks.
+struct Int8Activations {
+  int64_t m = 0;
+  int64_t n_blocks = 0;
+  int64_t stride = 0;         // bytes per row of each half, a multiple of 32
+  std::vector<int8_t> codes;  // [2][m][stride]: even half of every row, then the odd half
+  std::vector<float> scales;  // [m][n_blocks] s_x (0 for an all-zero block, NaN for a non-finite one)
+  std::vector<int32_t> sums;  // [m][n_blocks] sum of the block's xq (the zero point's share of a dot)
+  // Blocks of 16 / 32 codes only (else empty): per row and 64-code chunk of the padded K, the 8
+  // int32 lanes of the AVX2 kernel's dot (lane l: codes 8l .. 8l + 7). lane_scales holds each lane's
+  // block s_x; lane_sums holds a block's sum(xq) in its first lane and 0 in the others; both are 0
+  // past the last block.
+  std::vector<float> lane_scales;  // [m][stride / 32][8]
+  std::vector<int32_t> lane_sums;  // [m][stride / 32][8]
+  const int8_t* even() const { return codes.data(); }
+  const int8_t* odd() const { return codes.data() + m * stride; }
+};
+
+// Quantizes X [m, k] (T = float, Half or BFloat16) per row and block of `block_size` codes, into
+// *out (resized). Bit-exact with docs/ops.md and pyquant/reference.py's quantize_activations_int8_ref.
+template <typename T>
+void QuantizeActivationsInt8(const T* x, int64_t m, int64_t k, int64_t block_size, Int8Activations* out);
+
+struct Int4Int8Params {
+  const Int8Activations* x = nullptr;
+  const uint8_t* b = nullptr;    // uint8 [N, n_blocks, block_size / 2], layout/int4_block.h
+  const void* scales = nullptr;  // scale_type [N, n_blocks]
+  ScaleType scale_type = ScaleType::kFloat32;
+  const uint8_t* zp = nullptr;  // uint8 [N, ceil(n_blocks / 2)] 4-bit zero points, or null (= 8)
+  int64_t block_size = 0;       // power of two, 16..256
+};
+
+// y[mi * ldy + (n - n0)] = the sum above for n in [n0, n1), mi < x->m (no bias). y: float
+// [x->m, ldy], overwritten. Picks the AVX2 kernel where the CPU has it (PYQUANT_CPU_ISA caps it).
+void Int4Int8Rows(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int64_t ldy);
+
+namespace int8_isa {
+void Int4Int8RowsBase(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int64_t ldy);
+void Int4Int8RowsAvx2(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int64_t ldy);
+}  // namespace int8_isa
+
+}  // namespace pyquant

@@ -12,6 +12,8 @@ pyquant.convert.to_matmulnbits).
 
 Methods (float32 activations):
   pyquant_int4_b{32,128}      pyquant::MatMulInt4, symmetric, block 32 / 128
+  pyquant_int4_b{32,128}_a8   the same with accuracy_level=4 (int8 activations per row and block:
+                              the numerics of MatMulNBits acc4, docs/ops.md "Int8 activations")
   nbits_b{32,128}_acc0        com.microsoft::MatMulNBits, same weights, accuracy_level unset (fp32 A)
   nbits_b{32,128}_acc4        same with accuracy_level=4 (ORT quantizes A to int8 per block; NOT the
                               same numerics: shown because it is what ORT users pick for speed)
@@ -55,6 +57,8 @@ M_LIST = [1, 16, 128, 512]
 METHODS = [
     "pyquant_int4_b32",
     "pyquant_int4_b128",
+    "pyquant_int4_b32_a8",
+    "pyquant_int4_b128_a8",
     "nbits_b32_acc0",
     "nbits_b32_acc4",
     "nbits_b128_acc0",
@@ -98,7 +102,12 @@ def build_sessions(k: int, n: int, methods: list[str], threads: int, rng) -> dic
             b, s, _ = layout.quantize_int4_rtn(w, bs, symmetric=True)
             int4[bs] = int4_model(b, s, k, n, bs, x_shape=("M", None))
     for m in methods:
-        if m.startswith("pyquant_int4_b"):
+        if m.startswith("pyquant_int4_b") and m.endswith("_a8"):
+            model = onnx.ModelProto()
+            model.CopyFrom(int4[int(m.split("_b")[1].split("_")[0])])
+            model.graph.node[0].attribute.append(helper.make_attribute("accuracy_level", 4))
+            out[m] = make_session(model.SerializeToString(), options=_options(threads))
+        elif m.startswith("pyquant_int4_b"):
             out[m] = make_session(int4[int(m.split("_b")[1])].SerializeToString(), options=_options(threads))
         elif m.startswith("nbits_"):
             _, b_s, acc = m.split("_")

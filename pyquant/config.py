@@ -16,6 +16,7 @@ from typing import Any, Literal
 import torch.nn as nn
 
 from pyquant.layout import INT4_MAX_BLOCK, INT4_MIN_BLOCK
+from pyquant.ops_spec import INT4_ACCURACY_LEVELS, INT4_INT8_ACTIVATIONS
 
 __all__ = [
     "Int4Config",
@@ -45,6 +46,10 @@ class Int4Config:
     act_order: GPTQ processes columns by decreasing Hessian diagonal (scales stay per K block).
     clip_grid: shrink factors tried by the clipping search of "mse", "awq" and GPTQ's block scales
         (evenly spaced in [0.5, 1]); 0 -> plain min/max range (RTN scales).
+    accuracy_level: the MatMulInt4 attribute (values of ORT's MatMulNBits), 0..4. 0-3: activations
+        stay float32; 4: activations are quantized to int8 per row and K block at run time (faster
+        on the CPU EP, less accurate; the CUDA EP and the weights are unaffected). The torch module
+        computes with the CPU EP's numerics.
     """
 
     block_size: int = 128
@@ -53,6 +58,7 @@ class Int4Config:
     gptq_damp: float = 0.01
     act_order: bool = False
     clip_grid: int = 20
+    accuracy_level: int = 0
     scheme: Literal["int4"] = field(default="int4", init=False)
 
     def __post_init__(self) -> None:
@@ -73,9 +79,20 @@ class Int4Config:
         g = self.clip_grid
         if isinstance(g, bool) or not isinstance(g, int) or not 0 <= g <= 1000:
             raise ValueError(f"Int4Config.clip_grid must be an int in [0, 1000], got {g!r}")
+        a = self.accuracy_level
+        if isinstance(a, bool) or not isinstance(a, int) or a not in INT4_ACCURACY_LEVELS:
+            raise ValueError(
+                f"Int4Config.accuracy_level must be an int in [0, 4] (0-3: float activations, "
+                f"{INT4_INT8_ACTIVATIONS}: int8 activations), got {a!r}"
+            )
 
     def describe(self) -> str:
-        s = f"int4 b{self.block_size} {'sym' if self.symmetric else 'asym'} {self.algorithm}"
+        s = f"int4 b{self.block_size} {'sym' if self.symmetric else 'asym'}"
+        if self.accuracy_level == INT4_INT8_ACTIVATIONS:
+            s += " a8"
+        elif self.accuracy_level != 0:
+            s += f" acc{self.accuracy_level}"
+        s += f" {self.algorithm}"
         if "gptq" in self.algorithm:
             s += f" damp {self.gptq_damp:g}" + (" act-order" if self.act_order else "")
         if self.algorithm != "rtn" and self.clip_grid != 20:

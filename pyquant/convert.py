@@ -19,10 +19,16 @@ bias``; ours is ``X, B, scales, zero_points, bias``. ``scales`` / uint8 ``zero_p
 ([N, n_blocks] / [N, ceil(n_blocks/2)]) or flat in both ops (ORT keeps the flat form for backward
 compatibility), so by default their shape is kept, which makes ours -> nbits -> ours byte-identical.
 
+``accuracy_level`` (same name and values in both ops: 0-3 float activations, 4 int8 activations on
+the CPU EP) is carried across in both directions when it is not 0; a 0 (the default of both) is
+written only when ``to_matmulnbits`` is given ``accuracy_level=0``. Levels 1-3 mean the same as 0 for
+MatMulInt4 but are kept, so that ``MatMulNBits -> MatMulInt4 -> MatMulNBits`` gives the runtime back
+the level it had.
+
 Everything the converter cannot map exactly raises :class:`ConversionError` naming the node: bits != 4,
-a non-trivial ``g_idx``, a ``block_size`` that is not a power of two in [16, 256], float zero points
-that are not integers 0..15, a prepacked (EP-specific) ``B``, unknown attributes, and weights that
-would have to be rewritten but are not initializers.
+a non-trivial ``g_idx``, an ``accuracy_level`` outside 0..4, a ``block_size`` that is not a power of
+two in [16, 256], float zero points that are not integers 0..15, a prepacked (EP-specific) ``B``,
+unknown attributes, and weights that would have to be rewritten but are not initializers.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from pyquant import layout
-from pyquant.ops_spec import DOMAIN, INT4_OP, OPSET_VERSION
+from pyquant.ops_spec import DOMAIN, INT4_ACCURACY_LEVELS, INT4_ATTRIBUTES, INT4_OP, OPSET_VERSION
 
 MS_DOMAIN = "com.microsoft"
 NBITS_OP = "MatMulNBits"
@@ -52,7 +58,7 @@ _NB_A, _NB_B, _NB_SCALES, _NB_ZP, _NB_GIDX, _NB_BIAS = range(6)
 _I4_X, _I4_B, _I4_SCALES, _I4_ZP, _I4_BIAS = range(5)
 
 _NBITS_ATTRS = {"K", "N", "bits", "block_size", "accuracy_level", "weight_prepacked"}
-_INT4_ATTRS = {"K", "N", "bits", "block_size"}
+_INT4_ATTRS = set(INT4_ATTRIBUTES)
 
 
 class ConversionError(ValueError):
@@ -244,6 +250,10 @@ def _int_attrs(node: onnx.NodeProto, allowed: set[str]) -> dict[str, int]:
         )
     if out["K"] <= 0 or out["N"] <= 0:
         raise ConversionError(f"{_describe(node)}: K and N must be positive (K={out['K']}, N={out['N']})")
+    if out.get("accuracy_level", 0) not in INT4_ACCURACY_LEVELS:
+        raise ConversionError(
+            f"{_describe(node)}: accuracy_level={out['accuracy_level']}; both ops define only 0..4"
+        )
     return out
 
 
@@ -342,8 +352,9 @@ def _convert_int4_node(
     bias = _input(node, _I4_BIAS)
     inputs = [node.input[_I4_X], node.input[_I4_B], node.input[_I4_SCALES], zp_name, ""]
     new_attrs: dict[str, int] = {"K": k, "N": n, "bits": 4, "block_size": bs}
-    if accuracy_level is not None:
-        new_attrs["accuracy_level"] = accuracy_level
+    level = attrs.get("accuracy_level", 0) if accuracy_level is None else accuracy_level
+    if level != 0 or accuracy_level is not None:
+        new_attrs["accuracy_level"] = level
     out_nodes: list[onnx.NodeProto] = []
     if bias and split_bias:
         # For runtimes whose MatMulNBits kernel has no bias input: Y = MatMulNBits(...) + bias.
@@ -424,8 +435,11 @@ def _convert_nbits_node(rw: _Rewriter, scope: _Scope, node: onnx.NodeProto) -> l
 
     _normalize_padding(rw, scope, node, k, n, bs, zp_packed)
     inputs = [node.input[_NB_A], node.input[_NB_B], node.input[_NB_SCALES], zp_name, _input(node, _NB_BIAS)]
+    new_attrs = {"K": k, "N": n, "block_size": bs}
+    if attrs.get("accuracy_level", 0) != 0:  # 0 is MatMulInt4's default: not written
+        new_attrs["accuracy_level"] = attrs["accuracy_level"]
     new = helper.make_node(
-        INT4_OP, _trim(inputs), list(node.output), name=node.name, domain=DOMAIN, K=k, N=n, block_size=bs
+        INT4_OP, _trim(inputs), list(node.output), name=node.name, domain=DOMAIN, **new_attrs
     )
     _copy_node_extras(node, new)
     return [new]
@@ -485,8 +499,10 @@ def to_matmulnbits(
 ) -> onnx.ModelProto:
     """Returns a copy of `model` with every ``pyquant.MatMulInt4`` node as ``com.microsoft.MatMulNBits``.
 
-    accuracy_level: written to the MatMulNBits nodes when given (ORT's CPU kernel: 4 = int8 activations,
-        which is *not* lossless numerically, but a property of the runtime, not of the weights).
+    accuracy_level: None (default) -> each MatMulNBits node gets its MatMulInt4 node's accuracy_level
+        (omitted when that is 0 or absent); 0..4 -> written to every MatMulNBits node, overriding the
+        nodes' own. 4 = int8 activations on ORT's CPU EP (not lossless numerically, but a property of
+        the runtime, not of the weights; MatMulInt4 at 4 has the same contract).
     scales_shape: "keep" (default; byte-identical round trips), "2d" ([N, n_blocks], the form ORT 1.31
         documents) or "flat" ([N * n_blocks], what older ORT exporters wrote).
     split_bias: emit ``MatMulNBits + Add`` instead of the bias input (slot 5), for runtimes whose
@@ -494,6 +510,12 @@ def to_matmulnbits(
     """
     if scales_shape not in ("keep", "2d", "flat"):
         raise ValueError(f"scales_shape must be 'keep', '2d' or 'flat', got {scales_shape!r}")
+    if accuracy_level is not None and (
+        isinstance(accuracy_level, bool) or accuracy_level not in INT4_ACCURACY_LEVELS
+    ):
+        raise ValueError(
+            f"accuracy_level must be None or one of {INT4_ACCURACY_LEVELS}, got {accuracy_level!r}"
+        )
     m = _load(model)
     rep = report if report is not None else ConversionReport("to-matmulnbits")
     rw = _Rewriter(m, rep)
@@ -513,8 +535,9 @@ def from_matmulnbits(
 ) -> onnx.ModelProto:
     """Returns a copy of `model` with every ``com.microsoft.MatMulNBits`` node as ``pyquant.MatMulInt4``.
 
-    ``accuracy_level`` is dropped: MatMulInt4 always computes with float32 activations, which is at
-    least as accurate as any level MatMulNBits may pick.
+    ``accuracy_level`` is kept when it is not 0 (MatMulInt4 has the attribute with MatMulNBits' values):
+    4 keeps the int8 activations on the CPU EP; 1-3 compute like 0 in MatMulInt4 but are kept so that
+    converting back restores them.
     """
     m = _load(model)
     rep = report if report is not None else ConversionReport("from-matmulnbits")

@@ -27,7 +27,7 @@ from onnxscript.values import Op
 
 from pyquant import torch_ops  # noqa: F401  (registers torch.ops.pyquant.*)
 from pyquant.modules import Fp8Linear, Int4Linear, QuantizedLinear
-from pyquant.ops_spec import DOMAIN, FP8_OP, INT4_OP, OPSET_VERSION
+from pyquant.ops_spec import DOMAIN, FP8_OP, INT4_ATTRIBUTES, INT4_OP, INT4_REQUIRED_ATTRIBUTES, OPSET_VERSION
 
 __all__ = ["export", "ExportError", "ExportReport", "verify_onnx_model", "custom_translation_table"]
 
@@ -68,7 +68,7 @@ _INT4_SCHEMA = OpSchema(
     ],
     outputs=[_FP("Y", "T")],
     type_constraints=[("T", _T, "activation type")],
-    attributes=[_attr("K", True), _attr("N", True), _attr("block_size", True), _attr("bits", False)],
+    attributes=[_attr(a, a in INT4_REQUIRED_ATTRIBUTES) for a in INT4_ATTRIBUTES],
 )
 _FP8_SCHEMA = OpSchema(
     FP8_OP,
@@ -90,8 +90,20 @@ _MatMulInt4 = Op(_PQ, INT4_OP, _INT4_SCHEMA)
 _LinearFp8 = Op(_PQ, FP8_OP, _FP8_SCHEMA)
 
 
-def _matmul_int4_onnx(x, b, scales, zero_points=None, bias=None, K: int = 0, N: int = 0, block_size: int = 0):  # noqa: ANN001, ANN202, N803
-    return _MatMulInt4(x, b, scales, zero_points, bias, K=K, N=N, block_size=block_size)
+def _matmul_int4_onnx(  # noqa: ANN202
+    x,  # noqa: ANN001
+    b,  # noqa: ANN001
+    scales,  # noqa: ANN001
+    zero_points=None,  # noqa: ANN001
+    bias=None,  # noqa: ANN001
+    K: int = 0,  # noqa: N803
+    N: int = 0,  # noqa: N803
+    block_size: int = 0,
+    accuracy_level: int = 0,
+):
+    # accuracy_level is written only when it is not the default 0, so level-0 files stay as they were.
+    extra = {"accuracy_level": accuracy_level} if accuracy_level != 0 else {}
+    return _MatMulInt4(x, b, scales, zero_points, bias, K=K, N=N, block_size=block_size, **extra)
 
 
 def _linear_fp8_onnx(x, w, w_scale, x_scale=None, bias=None, block_size: int = 0):  # noqa: ANN001, ANN202

@@ -120,7 +120,12 @@ class _QuantLinearBase(nn.Module):
 
 
 class Int4Linear(_QuantLinearBase):
-    """Block-wise INT4 weight-only linear layer (numerics of pyquant::MatMulInt4)."""
+    """Block-wise INT4 weight-only linear layer (numerics of pyquant::MatMulInt4).
+
+    ``config.accuracy_level`` is passed to the op (and exported as the node's attribute): at 4 the
+    input is quantized to int8 per row and K block, as on ORT's CPU EP. It is not a buffer, so a
+    state_dict loads into a layer of any level.
+    """
 
     config: Int4Config
 
@@ -159,6 +164,7 @@ class Int4Linear(_QuantLinearBase):
             self.in_features,
             self.out_features,
             self.block_size,
+            self.config.accuracy_level,
         )
 
     def dequantized_weight(self) -> torch.Tensor:

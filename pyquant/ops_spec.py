@@ -1,4 +1,4 @@
-"""Names and error limits of the pyquant ONNX ops (docs/ops.md is the specification)."""
+"""Names, MatMulInt4 attributes and error limits of the pyquant ONNX ops (docs/ops.md is the spec)."""
 
 from __future__ import annotations
 
@@ -13,3 +13,11 @@ ERROR_ATOL = {
     INT4_OP: {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2},
     FP8_OP: {"float32": 2e-4, "float16": 2e-3, "bfloat16": 1.6e-2},
 }
+
+# MatMulInt4 attributes (docs/ops.md, "Attributes"): K, N, block_size required; bits (4) and
+# accuracy_level (0) optional. accuracy_level has MatMulNBits' name and values: 0-3 compute with X
+# as float32, INT4_INT8_ACTIVATIONS quantizes X to int8 per row and block ("Int8 activations").
+INT4_REQUIRED_ATTRIBUTES = ("K", "N", "block_size")
+INT4_ATTRIBUTES = (*INT4_REQUIRED_ATTRIBUTES, "bits", "accuracy_level")
+INT4_ACCURACY_LEVELS = (0, 1, 2, 3, 4)
+INT4_INT8_ACTIVATIONS = 4

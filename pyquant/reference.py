@@ -9,7 +9,79 @@ from __future__ import annotations
 import numpy as np
 
 from pyquant import layout
-from pyquant.ops_spec import ERROR_ATOL, INT4_OP
+from pyquant.ops_spec import ERROR_ATOL, INT4_ACCURACY_LEVELS, INT4_INT8_ACTIVATIONS, INT4_OP
+
+
+def quantize_activations_int8_ref(x: np.ndarray, k: int, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """MatMulInt4's int8 activations (accuracy_level 4, docs/ops.md "Int8 activations").
+
+    x [..., K] (any float dtype; used as float32) -> (xq int32 [M, n_blocks * block_size], zero past K;
+    s_x float32 [M, n_blocks]), every step one IEEE float32 operation: amax over the block,
+    inv = 127 / amax, s_x = amax / 127, xq = round_half_even(x * inv). amax == 0: s_x = 0, xq = 0;
+    amax not finite (Inf / NaN in the block): s_x = NaN, xq = 0.
+
+    Beyond the spec: an amax below 127 / FLT_MAX (~3.7e-37) makes inv = Inf; then x * inv is +-Inf (or
+    NaN for x == 0), which is taken as +-127 (0) here, i.e. the product is clamped to [-127, 127] and a
+    NaN product is 0.
+    """
+    x32 = np.asarray(x, dtype=np.float32).reshape(-1, k)
+    m, nb = x32.shape[0], layout.n_blocks(k, block_size)
+    padded = np.zeros((m, nb * block_size), dtype=np.float32)
+    padded[:, :k] = x32
+    blocks = padded.reshape(m, nb, block_size)
+    with np.errstate(invalid="ignore", over="ignore"):
+        amax = np.abs(blocks).max(axis=2)  # NaN propagates: a NaN block has amax NaN
+        finite = np.isfinite(amax)
+        usable = finite & (amax > 0)
+        safe = np.where(usable, amax, np.float32(1.0))
+        inv = np.float32(127.0) / safe  # float32 / float32 -> float32, rounded once
+        s_x = np.where(
+            usable, safe / np.float32(127.0), np.where(finite, np.float32(0.0), np.float32(np.nan))
+        )
+        prod = blocks * inv[:, :, None]  # float32
+        xq = np.clip(np.rint(np.nan_to_num(prod, nan=0.0)), -127, 127)  # np.rint: half to even
+    xq = np.where(usable[:, :, None], xq, 0).astype(np.int32)
+    return xq.reshape(m, nb * block_size), s_x.astype(np.float32)
+
+
+def _matmul_int4_int8_ref(
+    x: np.ndarray,
+    b: np.ndarray,
+    scales: np.ndarray,
+    k: int,
+    n: int,
+    block_size: int,
+    zero_points: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """accuracy_level 4 without bias: (y float64 [M, N], magnitude [M, N])."""
+    nb = layout.n_blocks(k, block_size)
+    xq, s_x = quantize_activations_int8_ref(x, k, block_size)
+    m = xq.shape[0]
+    q = layout.unpack_int4(b, nb * block_size).astype(np.int64).reshape(n, nb, block_size)
+    if zero_points is None:
+        zp = np.full((n, nb), layout.INT4_SYMMETRIC_ZERO_POINT, dtype=np.int64)
+    else:
+        zp = layout.unpack_zero_points(np.asarray(zero_points).reshape(n, -1), nb).astype(np.int64)
+    qz = (q - zp[:, :, None]).astype(np.float64)
+    qz[:, nb - 1, k - (nb - 1) * block_size :] = 0  # codes past K are ignored
+    xqb = xq.reshape(m, nb, block_size).astype(np.float64)
+    # Exact integer dots (|dot| <= 256 * 127 * 15), one [M, N] matrix per block.
+    dots = np.matmul(xqb.transpose(1, 0, 2), qz.transpose(1, 2, 0))  # [nb, M, N]
+    s32 = np.asarray(scales, dtype=np.float32).reshape(n, nb)
+    y = np.zeros((m, n), dtype=np.float64)
+    mag = np.zeros((m, n), dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for i in range(nb):
+            sp = (s32[None, :, i] * s_x[:, i, None]).astype(np.float64)  # rounded to float32, as documented
+            y += sp * dots[i]
+            # sum_k |xq s_x| |(q - zp) scale| over the block
+            absdot = np.abs(xqb[:, i, :]) @ np.abs(qz[:, i, :]).T
+            mag += (
+                np.abs(s_x[:, i, None].astype(np.float64))
+                * np.abs(s32[None, :, i].astype(np.float64))
+                * absdot
+            )
+    return y, mag
 
 
 def matmul_int4_ref(
@@ -21,14 +93,26 @@ def matmul_int4_ref(
     block_size: int,
     zero_points: np.ndarray | None = None,
     bias: np.ndarray | None = None,
+    *,
+    accuracy_level: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Returns (y float64 [..., N], magnitude sum_k |x w| [..., N]) for the error bound."""
-    with np.errstate(invalid="ignore", over="ignore"):  # inf/NaN scales propagate as IEEE says
-        w = layout.dequantize_int4(b, scales, k, block_size, zero_points)
-        assert w.shape == (n, k)
-        x64 = np.asarray(x, dtype=np.float64).reshape(-1, k)
-        y = x64 @ w.T
-        mag = np.abs(x64) @ np.abs(w).T
+    """Returns (y float64 [..., N], magnitude sum_k |x w| [..., N]) for the error bound.
+
+    accuracy_level 0-3: X as float32 (y = X W^T exactly). 4: int8 activations (docs/ops.md): y is the
+    float64 value of sum_b float32(scales[n, b] * s_x[m, b]) * dot[m, n, b], and the magnitude has the
+    dequantized activation xq * s_x in place of x.
+    """
+    if accuracy_level not in INT4_ACCURACY_LEVELS:
+        raise ValueError(f"accuracy_level must be one of {INT4_ACCURACY_LEVELS}, got {accuracy_level!r}")
+    if accuracy_level == INT4_INT8_ACTIVATIONS:
+        y, mag = _matmul_int4_int8_ref(x, b, scales, k, n, block_size, zero_points)
+    else:
+        with np.errstate(invalid="ignore", over="ignore"):  # inf/NaN scales propagate as IEEE says
+            w = layout.dequantize_int4(b, scales, k, block_size, zero_points)
+            assert w.shape == (n, k)
+            x64 = np.asarray(x, dtype=np.float64).reshape(-1, k)
+            y = x64 @ w.T
+            mag = np.abs(x64) @ np.abs(w).T
     if bias is not None:
         y = y + np.asarray(bias, dtype=np.float64)
     lead = np.asarray(x).shape[:-1]

@@ -107,6 +107,8 @@ def resolve_candidates(
 def _config_name(cfg: Int4Config | Fp8Config) -> str:
     if isinstance(cfg, Int4Config):
         s = f"int4-b{cfg.block_size}" + ("" if cfg.symmetric else "-asym")
+        if cfg.accuracy_level:  # scheme suffix -a8 (4); 1-3 have no scheme name
+            s += "-a8" if cfg.accuracy_level == 4 else f"-acc{cfg.accuracy_level}"
     else:
         s = "fp8-channel" if cfg.weight_block_size == 0 else f"fp8-b{cfg.weight_block_size}"
         s += "-static" if cfg.activation == "static" else ""

@@ -5,7 +5,8 @@
 
 * a quantized model runs in eager PyTorch with the numerics of the ORT kernels (dequantize in
   float32, matmul in float32, bias in float32, one final rounding to the activation dtype; FP8
-  activation quantization bit-exact), and
+  activation quantization bit-exact; MatMulInt4's ``accuracy_level`` 4 quantizes X to int8 per row
+  and block bit-exactly as docs/ops.md specifies for the CPU EP, with exact integer block dots), and
 * ``torch.export`` sees one opaque node per layer whose inputs are the packed buffers, which
   ``pyquant.export`` translates 1:1 into a ``pyquant`` domain ONNX node. Because the unpacking
   happens *inside* the op, there is nothing for the exporter to constant-fold into float weights.
@@ -18,11 +19,13 @@ from __future__ import annotations
 import torch
 
 from pyquant.layout import FP8_E4M3_MAX, INT4_SYMMETRIC_ZERO_POINT
+from pyquant.ops_spec import INT4_ACCURACY_LEVELS, INT4_INT8_ACTIVATIONS
 
 __all__ = [
     "dequantize_int4",
     "dequantize_fp8",
     "quantize_activations_fp8",
+    "quantize_activations_int8",
     "matmul_int4",
     "linear_fp8",
 ]
@@ -98,6 +101,82 @@ def quantize_activations_fp8(
     return xq, s_x
 
 
+def quantize_activations_int8(x: torch.Tensor, k: int, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] (any float dtype) -> (xq float32 [M, n_blocks, block_size], s_x float32 [M, n_blocks]).
+
+    MatMulInt4's int8 activations (accuracy_level 4, docs/ops.md "Int8 activations"), bit-exact with
+    ``pyquant.reference.quantize_activations_int8_ref``: per row and K block, amax = max |x|,
+    inv = 127 / amax, s_x = amax / 127, xq = round_half_even(x * inv), each one IEEE float32 operation
+    (tensor / tensor: ``127.0 / t`` would multiply by a rounded reciprocal). amax == 0: s_x = 0, xq = 0;
+    amax not finite: s_x = NaN, xq = 0. xq holds integers in -127..127 (as float32, exact), zero past K.
+    An amax below 127 / FLT_MAX gives inv = Inf; the product is then clamped to [-127, 127], NaN -> 0.
+    """
+    m = x.shape[0]
+    nb = -(-k // block_size)
+    x32 = x.reshape(m, k).to(torch.float32)
+    if nb * block_size != k:
+        x32 = torch.nn.functional.pad(x32, (0, nb * block_size - k))
+    xb = x32.reshape(m, nb, block_size)
+    amax = xb.abs().amax(dim=2)  # NaN propagates
+    finite = torch.isfinite(amax)
+    usable = finite & (amax > 0)
+    qmax = torch.tensor(127.0, dtype=torch.float32, device=x.device)
+    one = torch.ones((), dtype=torch.float32, device=x.device)
+    safe = torch.where(usable, amax, one)
+    inv = qmax / safe
+    zero = torch.zeros((), dtype=torch.float32, device=x.device)
+    nan = torch.full((), float("nan"), dtype=torch.float32, device=x.device)
+    s_x = torch.where(usable, safe / qmax, torch.where(finite, zero, nan))
+    xq = torch.round(torch.nan_to_num(xb * inv.unsqueeze(2), nan=0.0)).clamp(-127.0, 127.0)  # half-even
+    xq = torch.where(usable.unsqueeze(2), xq, zero)
+    return xq, s_x
+
+
+def _check_accuracy_level(accuracy_level: int) -> None:
+    if accuracy_level not in INT4_ACCURACY_LEVELS:
+        raise ValueError(
+            f"pyquant::matmul_int4: accuracy_level must be one of {INT4_ACCURACY_LEVELS} "
+            f"(0-3: float activations, {INT4_INT8_ACTIVATIONS}: int8 activations), got {accuracy_level!r}"
+        )
+
+
+# Upper bound on the float32 elements of one chunk of per-block dots [blocks, M, N] (64 MiB).
+_INT8_DOT_CHUNK_ELEMS = 1 << 24
+
+
+def _matmul_int4_int8(
+    x: torch.Tensor,
+    b: torch.Tensor,
+    scales: torch.Tensor,
+    zero_points: torch.Tensor | None,
+    k: int,
+    n: int,
+    block_size: int,
+) -> torch.Tensor:
+    """accuracy_level 4 without bias: x [M, K] -> float32 [M, N] =
+    sum_b float32(scales[n, b] * s_x[m, b]) * dot[m, n, b], summed in float32."""
+    m = x.shape[0]
+    nb = -(-k // block_size)
+    xq, s_x = quantize_activations_int8(x, k, block_size)
+    q = _unpack_nibbles(b, n, nb * block_size).reshape(n, nb, block_size)
+    if zero_points is None:
+        zp = torch.full((n, nb, 1), INT4_SYMMETRIC_ZERO_POINT, dtype=torch.int32, device=b.device)
+    else:
+        zp = _unpack_nibbles(zero_points, n, nb).reshape(n, nb, 1)
+    # (q - zp) in -15..15; codes past K meet xq = 0. Products and block sums are integers below 2^24,
+    # so the float32 (or TF32: 10-bit mantissa) block dots are exact in any summation order.
+    qz = (q - zp).to(torch.float32).permute(1, 2, 0)  # [nb, bs, N]
+    xqb = xq.permute(1, 0, 2)  # [nb, M, bs]
+    s32 = scales.reshape(n, nb).to(torch.float32).t().unsqueeze(1)  # [nb, 1, N]
+    sx = s_x.t().unsqueeze(2)  # [nb, M, 1]
+    y = torch.zeros((m, n), dtype=torch.float32, device=x.device)
+    step = max(1, min(nb, _INT8_DOT_CHUNK_ELEMS // max(1, m * n)))
+    for i in range(0, nb, step):
+        dots = torch.bmm(xqb[i : i + step], qz[i : i + step])  # [g, M, N], exact integers
+        y = y + ((s32[i : i + step] * sx[i : i + step]) * dots).sum(dim=0)  # scale product rounded to float32
+    return y
+
+
 @torch.library.custom_op("pyquant::matmul_int4", mutates_args=())
 def matmul_int4(
     x: torch.Tensor,
@@ -108,18 +187,27 @@ def matmul_int4(
     K: int,
     N: int,
     block_size: int,
+    accuracy_level: int = 0,
 ) -> torch.Tensor:
-    """Reference of ``pyquant::MatMulInt4``: Y = X @ W.T (+ bias), W block-wise 4-bit."""
-    w = dequantize_int4(b, scales, zero_points, K, N, block_size)
+    """Reference of ``pyquant::MatMulInt4``: Y = X @ W.T (+ bias), W block-wise 4-bit.
+
+    accuracy_level 0-3: X in float32; 4: X quantized to int8 per row and block (the CPU EP's numerics).
+    """
+    _check_accuracy_level(accuracy_level)
     lead = x.shape[:-1]
-    y = x.reshape(-1, K).to(torch.float32) @ w.t()
+    if accuracy_level == INT4_INT8_ACTIVATIONS:
+        y = _matmul_int4_int8(x.reshape(-1, K), b, scales, zero_points, K, N, block_size)
+    else:
+        w = dequantize_int4(b, scales, zero_points, K, N, block_size)
+        y = x.reshape(-1, K).to(torch.float32) @ w.t()
     if bias is not None:
         y = y + bias.to(torch.float32)
     return y.to(x.dtype).reshape(*lead, N)
 
 
 @matmul_int4.register_fake
-def _(x, b, scales, zero_points, bias, K, N, block_size):
+def _(x, b, scales, zero_points, bias, K, N, block_size, accuracy_level=0):
+    _check_accuracy_level(accuracy_level)
     return x.new_empty((*x.shape[:-1], N))
 
 

@@ -5,6 +5,9 @@ Scheme names (``ModelRecipe.quantize_config(scheme)``):
   float                      no quantization
   int4 / fp8                 the recipe's tuned default for that scheme
   int4-b<bs>[-asym]          block-wise INT4 RTN, e.g. int4-b64, int4-b128-asym
+  int4...-a8                 INT4 with int8 activations at run time (MatMulInt4 accuracy_level 4: X quantized
+                             per row and K block, faster on the CPU EP), right after the INT4 format, before
+                             -mlp and the algorithm suffixes, e.g. int4-a8, int4-b128-asym-a8, int4-b64-a8-awq
   fp8-channel / fp8-b<bs>    FP8 with per-channel / per-block (along K) weight scales
   ...-static                 FP8 with a calibrated per-tensor activation scale (else dynamic per token),
                              clip = amax; -static-pct[<p>]: p-th percentile of |x| (default 99.99),
@@ -16,6 +19,8 @@ Scheme names (``ModelRecipe.quantize_config(scheme)``):
                              (calibration data), then the clipping search (-awq) or GPTQ (-awq-gptq)
   ...-sq<alpha> / -sqauto    SmoothQuant-style smoothing folded into the float model before quantizing
                              (pyquant.smooth), e.g. fp8-sq0.3, fp8-channel-gptq-sqauto; -sqnone: no smoothing
+
+Suffix order: <format>[-a8][-mlp][-awq][-gptq|-mse][-act][-sq...], e.g. int4-b64-asym-a8-mlp-awq-gptq.
 """
 
 from __future__ import annotations
@@ -33,15 +38,40 @@ import torch.nn as nn
 
 from pyquant.config import Fp8Config, Int4Config, LayerConfig, QuantizeConfig
 from pyquant.models.hf import CausalLMLogits, EncoderHidden, MissingModelPackage, cache_dir, package_dir
+from pyquant.ops_spec import INT4_INT8_ACTIVATIONS
 
 __all__ = ["ModelRecipe", "RECIPES", "get_recipe", "recipe_for_hf_dir", "parse_scheme", "MissingModelPackage"]
 
 Task = Literal["causal-lm", "encoder"]
 
 
+_A8 = "-a8"  # INT4 int8-activation suffix (accuracy_level 4)
+_SCHEME_SYNTAX = (
+    "use float, int4, fp8, int4-b<bs>[-asym][-a8] (-a8: int8 activations), fp8-channel, fp8-b<bs>, "
+    "optionally with -static[-amax|-pct[<p>]|-mseclip] (FP8)"
+)
+
+
 def parse_scheme(scheme: str, defaults: dict[str, LayerConfig] | None = None) -> LayerConfig:
-    """Scheme name -> layer config (see the module docstring); None for "float"."""
+    """Scheme name -> layer config (see the module docstring); None for "float".
+
+    A trailing "-a8" (INT4 only) sets accuracy_level 4 on the config of the rest of the name, so
+    "int4-a8" is the recipe's tuned "int4" default with int8 activations."""
     s = scheme.strip().lower()
+    if s.endswith(_A8):
+        cfg = _parse_base_scheme(scheme, s[: -len(_A8)], defaults)
+        if not isinstance(cfg, Int4Config):
+            what = "an FP8 scheme (LinearFp8 already quantizes X, to FP8)" if cfg is not None else "float"
+            raise ValueError(
+                f"scheme {scheme!r}: -a8 (int8 activations, MatMulInt4 accuracy_level 4) applies to INT4 "
+                f"schemes only, not to {what}"
+            )
+        return dataclasses.replace(cfg, accuracy_level=INT4_INT8_ACTIVATIONS)
+    return _parse_base_scheme(scheme, s, defaults)
+
+
+def _parse_base_scheme(scheme: str, s: str, defaults: dict[str, LayerConfig] | None) -> LayerConfig:
+    """parse_scheme without the -a8 suffix (s: the normalized name without it)."""
     if s in ("float", "none", "fp32"):
         return None
     if defaults and s in defaults:
@@ -68,10 +98,7 @@ def parse_scheme(scheme: str, defaults: dict[str, LayerConfig] | None = None) ->
             calibration=calibration,
             percentile=pct,
         )
-    raise ValueError(
-        f"unknown scheme {scheme!r}; use float, int4, fp8, int4-b<bs>[-asym], fp8-channel, fp8-b<bs>, "
-        "optionally with -static[-amax|-pct[<p>]|-mseclip] (FP8)"
-    )
+    raise ValueError(f"unknown scheme {scheme!r}; {_SCHEME_SYNTAX}")
 
 
 @dataclass(frozen=True)
@@ -102,6 +129,14 @@ class ModelRecipe:
             if not self.mlp_layers:
                 raise ValueError(f"scheme {scheme!r}: recipe {self.name!r} defines no MLP layers for -mlp")
             base, include = base[: -len("-mlp")], self.mlp_layers
+        if re.search(rf"{_A8}(?=-|$)", scheme.strip().lower()) and (
+            not base.endswith(_A8) or re.search(r"-(mlp|awq|gptq|mse|act|sq[^-]*)(?=-|$)", base)
+        ):
+            raise ValueError(
+                f"scheme {scheme!r}: -a8 goes right after the INT4 format, before -mlp and the algorithm "
+                "suffixes: int4[-b<bs>][-asym][-a8][-mlp][-awq][-gptq|-mse][-act][-sq...], "
+                "e.g. int4-b64-a8-gptq"
+            )
         cfg = parse_scheme(base, self.schemes)
         if cfg is None:
             if awq or algo or act or sq:

@@ -225,17 +225,56 @@ def test_accuracy_level_and_split_bias(rng):
     k, n, bs = 128, 32, 32
     b, s, zp, bias = _weights(rng, k, n, bs, "float32", False, True)
     ours = int4_model(b, s, k, n, bs, zero_points=zp, bias=bias)
+
+    def level(model):  # the converted node's accuracy_level, None when absent
+        return {a.name: a.i for a in model.graph.node[0].attribute}.get("accuracy_level")
+
     nbits = to_matmulnbits(ours, accuracy_level=4)
-    assert {a.name: a.i for a in nbits.graph.node[0].attribute}["accuracy_level"] == 4
+    assert level(nbits) == 4
+    assert level(to_matmulnbits(ours)) is None  # level 0 stays implicit
     split = to_matmulnbits(ours, split_bias=True)
     assert [nd.op_type for nd in split.graph.node] == [NBITS_OP, "Add"]
     assert len(split.graph.node[0].input) == 4
     x = rng.standard_normal((3, k)).astype(np.float32)
     y_ref, mag = reference.matmul_int4_ref(x, b, s, k, n, bs, zp, bias)
     reference.assert_within_limit(_ort_run(split, x), y_ref, mag, "float32")
-    # accuracy_level is dropped on the way back (ours always uses float32 activations).
-    assert _inits(from_matmulnbits(nbits)) == _inits(ours)
-    assert from_matmulnbits(nbits).graph.node[0] == ours.graph.node[0]
+    # accuracy_level is kept on the way back (MatMulInt4 has it too); only the attribute differs.
+    back = from_matmulnbits(nbits)
+    assert _inits(back) == _inits(ours)
+    assert level(back) == 4
+    attrs = {a.name: a.i for a in ours.graph.node[0].attribute}
+    assert {a.name: a.i for a in back.graph.node[0].attribute} == {**attrs, "accuracy_level": 4}
+    bare = [onnx.NodeProto(), onnx.NodeProto()]
+    for copy, node in zip(bare, (back.graph.node[0], ours.graph.node[0]), strict=True):
+        copy.CopyFrom(node)
+        del copy.attribute[:]
+    assert bare[0] == bare[1]
+    # MatMulInt4's own level goes to MatMulNBits unless the argument overrides it.
+    ours4 = int4_model(
+        b,
+        s,
+        k,
+        n,
+        bs,
+        zero_points=zp,
+        bias=bias,
+        attrs={"K": k, "N": n, "block_size": bs, "accuracy_level": 4},
+    )
+    assert level(to_matmulnbits(ours4)) == 4
+    assert level(to_matmulnbits(ours4, accuracy_level=0)) == 0
+    assert level(to_matmulnbits(ours4, accuracy_level=1)) == 1
+    assert level(to_matmulnbits(ours4, split_bias=True)) == 4
+    assert to_matmulnbits(from_matmulnbits(nbits)).graph.node[0] == nbits.graph.node[0]
+    # Levels 1-3 (float activations for MatMulInt4) are kept too; an explicit 0 is not written.
+    assert level(from_matmulnbits(to_matmulnbits(ours, accuracy_level=2))) == 2
+    assert level(to_matmulnbits(from_matmulnbits(to_matmulnbits(ours, accuracy_level=2)))) == 2
+    assert from_matmulnbits(to_matmulnbits(ours, accuracy_level=0)).graph.node[0] == ours.graph.node[0]
+    with pytest.raises(ValueError, match="accuracy_level"):
+        to_matmulnbits(ours, accuracy_level=5)
+    bad = to_matmulnbits(ours)
+    bad.graph.node[0].attribute.append(helper.make_attribute("accuracy_level", 7))
+    with pytest.raises(ConversionError, match="accuracy_level=7"):
+        from_matmulnbits(bad)
 
 
 @pytest.mark.parametrize("scales_shape,want", [("2d", (40, 7)), ("flat", (280,))])

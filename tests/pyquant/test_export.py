@@ -140,3 +140,76 @@ def test_external_data(tmp_path) -> None:
     x = torch.randn(2, 3, 96)
     y = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
     np.testing.assert_allclose(y, m(x).detach().numpy(), atol=1e-4, rtol=1e-4)
+
+
+def _int4_attrs(proto: onnx.ModelProto, op_type: str = "MatMulInt4") -> dict[str, dict[str, int]]:
+    """{B initializer's layer prefix: node attributes} of the nodes of op_type."""
+    return {
+        n.input[1].split(".")[0]: {a.name: a.i for a in n.attribute}
+        for n in proto.graph.node
+        if n.op_type == op_type
+    }
+
+
+def test_accuracy_level_attribute_and_matmulnbits_round_trip(tmp_path) -> None:
+    """accuracy_level 4 becomes the node attribute (level 0 writes none, as before), and survives the
+    conversion to com.microsoft.MatMulNBits and back (graph structure only, no ORT run)."""
+    from pyquant.convert import from_matmulnbits, to_matmulnbits
+
+    torch.manual_seed(0)
+    cfg = QuantizeConfig(
+        default=Int4Config(32, accuracy_level=4),
+        exclude=["head"],
+        overrides={"gate": Int4Config(64, symmetric=False), "down": Fp8Config(32)},
+    )
+    m = quantize(Block(), cfg).eval()
+    rep = export(m, (torch.randn(2, 5, 96),), tmp_path / "a8.onnx")
+    assert rep.op_counts == {"MatMulInt4": 2, "LinearFp8": 1}
+    proto = onnx.load(str(tmp_path / "a8.onnx"))
+    assert _int4_attrs(proto) == {
+        "up": {"K": 96, "N": 160, "block_size": 32, "accuracy_level": 4},
+        "gate": {"K": 96, "N": 160, "block_size": 64},
+    }
+    assert next(a for n in proto.graph.node for a in n.attribute if a.name == "accuracy_level").type == (
+        onnx.AttributeProto.INT
+    )
+    nbits = to_matmulnbits(proto)
+    got = _int4_attrs(nbits, "MatMulNBits")
+    assert got["up"]["accuracy_level"] == 4 and "accuracy_level" not in got["gate"]
+    assert _int4_attrs(from_matmulnbits(nbits)) == _int4_attrs(proto)
+    forced = _int4_attrs(to_matmulnbits(proto, accuracy_level=0), "MatMulNBits")
+    assert forced["up"]["accuracy_level"] == forced["gate"]["accuracy_level"] == 0
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_ort_int8_activations_match_reference(tmp_path, symmetric: bool) -> None:
+    from pyquant import reference
+
+    torch.manual_seed(0)
+    m = quantize(nn.Sequential(nn.Linear(200, 48)), Int4Config(32, symmetric, accuracy_level=4)).eval()
+    export(m, (torch.randn(2, 5, 200),), tmp_path / "a8.onnx")
+    sess = cpu_session(tmp_path / "a8.onnx")
+    q = m[0]
+    x = torch.randn(3, 7, 200) * torch.logspace(-2, 2, 200)
+    x[0, 1] = 0  # an all-zero row: exactly the bias
+    y = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
+    zp = None if q.zero_points is None else q.zero_points.numpy()
+    y_ref, mag = reference.matmul_int4_ref(
+        x.numpy(),
+        q.qweight.numpy(),
+        q.scales.numpy(),
+        200,
+        48,
+        32,
+        zp,
+        q.bias.detach().numpy(),
+        accuracy_level=4,
+    )
+    reference.assert_within_limit(y, y_ref, mag, "float32")
+    np.testing.assert_array_equal(y[0, 1], q.bias.detach().numpy())
+    # the level-0 reference is further away than the limit allows: the kernel really quantizes X
+    y0, mag0 = reference.matmul_int4_ref(
+        x.numpy(), q.qweight.numpy(), q.scales.numpy(), 200, 48, 32, zp, q.bias.detach().numpy()
+    )
+    with pytest.raises(AssertionError):
+        reference.assert_within_limit(y, y0, mag0, "float32")

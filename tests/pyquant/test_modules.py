@@ -218,3 +218,187 @@ def test_torch_export_sees_custom_ops() -> None:
     ep = torch.export.export(m, (torch.randn(3, 96),), dynamic_shapes=({0: torch.export.Dim("b")},))
     targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
     assert "pyquant.matmul_int4.default" in targets and "pyquant.linear_fp8.default" in targets
+
+
+# --- accuracy_level 4: int8 activations (docs/ops.md "Int8 activations") -------------------------
+
+
+def _int4_layer(dtype: str, block_size: int, symmetric: bool, level: int = 4, k: int = 200) -> Int4Linear:
+    torch.manual_seed(0)
+    m = quantize(nn.Sequential(nn.Linear(k, 48)), Int4Config(block_size, symmetric, accuracy_level=level))
+    return m.to(DTYPES[dtype])[0]
+
+
+def _ref(q: Int4Linear, x: torch.Tensor, level: int) -> tuple[np.ndarray, np.ndarray]:
+    zp = None if q.zero_points is None else q.zero_points.numpy()
+    bias = None if q.bias is None else _np(q.bias)
+    return reference.matmul_int4_ref(
+        _np(x),
+        q.qweight.numpy(),
+        _np(q.scales),
+        q.in_features,
+        q.out_features,
+        q.block_size,
+        zp,
+        bias,
+        accuracy_level=level,
+    )
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("block_size,symmetric", [(16, True), (32, False), (128, True), (128, False)])
+def test_int4_int8_activations_match_reference(dtype: str, block_size: int, symmetric: bool) -> None:
+    q = _int4_layer(dtype, block_size, symmetric)  # K = 200: a short last block for every block size
+    assert q.config.accuracy_level == 4
+    x = (torch.randn(3, 5, 200) * torch.logspace(-2, 2, 200)).to(DTYPES[dtype])  # blocks of unlike ranges
+    y = q(x)
+    assert y.dtype == DTYPES[dtype] and y.shape == (3, 5, 48)
+    y_ref, mag = _ref(q, x, 4)
+    reference.assert_within_limit(_np(y), y_ref, mag, dtype, INT4_OP)
+    # the op itself, called with the level as a keyword
+    y_kw = torch.ops.pyquant.matmul_int4(
+        x, q.qweight, q.scales, q.zero_points, q.bias, 200, 48, block_size, accuracy_level=4
+    )
+    assert torch.equal(y_kw, y)
+
+
+def test_int8_activations_chunked_block_dots(monkeypatch) -> None:
+    """The torch op sums the per-block dots in chunks of blocks (memory bound); any chunking is in
+    the limit (the summation order is implementation-defined)."""
+    from pyquant import torch_ops
+
+    q = _int4_layer("float32", 16, False, k=300)
+    x = torch.randn(7, 300)
+    y = q(x)
+    monkeypatch.setattr(torch_ops, "_INT8_DOT_CHUNK_ELEMS", 7 * 48 * 3)  # 3 blocks a chunk, 19 blocks
+    y3 = q(x)
+    y_ref, mag = _ref(q, x, 4)
+    reference.assert_within_limit(_np(y), y_ref, mag, "float32", INT4_OP)
+    reference.assert_within_limit(_np(y3), y_ref, mag, "float32", INT4_OP)
+
+
+@pytest.mark.parametrize("k,block_size", [(200, 16), (200, 32), (300, 128), (256, 64), (17, 16)])
+def test_int8_activation_quantization_is_bit_exact(k: int, block_size: int) -> None:
+    from pyquant import torch_ops
+
+    rng = np.random.default_rng(k + block_size)
+    x = (rng.standard_normal((9, k)) * 3).astype(np.float32)
+    x[0, 1] = np.nan
+    x[1] = 0
+    x[2, k - 1] = np.inf  # in the (short) last block only
+    x[3] *= 1e5
+    x[4] = 1e-30
+    x[5, :] = rng.integers(-100, 100, k) + 0.5  # amax 127 below: inv = 1, so x * inv are exact .5 ties
+    x[5, ::block_size] = 127
+    x[6, : min(k, block_size)] = 0  # one all-zero block in an otherwise non-zero row
+    x[7, 0] = -np.inf
+    with np.errstate(over="ignore"):
+        x16 = x.astype(np.float16)  # row 3 overflows to +-inf: more non-finite blocks
+    for xin in (x, x16):
+        xq, s_x = reference.quantize_activations_int8_ref(xin, k, block_size)
+        nb = -(-k // block_size)
+        assert xq.dtype == np.int32 and xq.shape == (9, nb * block_size) and s_x.dtype == np.float32
+        assert np.all(np.abs(xq) <= 127) and np.all(xq[:, k:] == 0)
+        tq, tsx = torch_ops.quantize_activations_int8(torch.from_numpy(xin), k, block_size)
+        assert tq.dtype == torch.float32 and tsx.dtype == torch.float32
+        assert np.array_equal(tq.reshape(9, -1).numpy().astype(np.int32), xq)
+        assert np.array_equal(tsx.numpy(), s_x, equal_nan=True)
+    # the documented special cases
+    xq, s_x = reference.quantize_activations_int8_ref(x, k, block_size)
+    assert np.isnan(s_x[0, 0]) and np.all(xq[0, :block_size] == 0)
+    assert np.all(s_x[1] == 0) and np.all(xq[1] == 0)
+    assert np.isnan(s_x[2, -1]) and np.all(np.isfinite(s_x[2, :-1]))
+    assert s_x[6, 0] == 0 and np.all(xq[6, :block_size] == 0)
+    # amax maps to +-127 and the scales are the float32 quotients of the spec
+    amax = np.abs(x[3, :block_size]).max()
+    assert s_x[3, 0] == np.float32(amax) / np.float32(127) and np.abs(xq[3, :block_size]).max() == 127
+    assert np.all(s_x[5] == 1)  # 127 / 127
+    ties = x[5, :k] != 127
+    assert np.array_equal(xq[5, :k][ties], 2 * np.round(x[5, :k][ties] / 2).astype(np.int32))  # half to even
+    assert np.all(xq[5, :k][ties] % 2 == 0)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_int8_activations_nan_inf_and_zero_rows(dtype: str) -> None:
+    q = _int4_layer(dtype, 32, False)
+    with torch.no_grad():
+        q.bias.copy_(torch.randn(48))
+    x = torch.randn(6, 200)
+    x[1, 7] = float("nan")
+    x[2, 199] = float("inf")  # last (short) block
+    x[3] = 0
+    x[4, 40] = -float("inf")
+    x = x.to(DTYPES[dtype])
+    y = q(x)
+    nan_rows = torch.isnan(y).all(dim=1)
+    assert nan_rows.tolist() == [False, True, True, False, True, False]
+    assert torch.isfinite(y[[0, 3, 5]]).all()
+    assert torch.equal(y[3], q.bias)  # all-zero row: exactly the bias
+    y_ref, mag = _ref(q, x, 4)
+    reference.assert_within_limit(_np(y), y_ref, mag, dtype, INT4_OP)
+
+
+@pytest.mark.parametrize("block_size,symmetric", [(16, False), (32, True), (128, True)])
+def test_int8_activations_really_quantize_within_x_rounding(block_size: int, symmetric: bool) -> None:
+    """Level 4 differs from level 0, by no more than X's rounding (amax / 254 per element)."""
+    q0 = _int4_layer("float32", block_size, symmetric, level=0)
+    q4 = _int4_layer("float32", block_size, symmetric, level=4)
+    assert torch.equal(q0.qweight, q4.qweight) and torch.equal(q0.scales, q4.scales)  # same weights
+    x = torch.randn(16, 200) * torch.linspace(0.1, 10, 200)
+    y0, y4 = q0(x), q4(x)
+    w = q0.dequantized_weight().abs()  # [N, K]
+    nb = -(-200 // block_size)
+    xb = torch.nn.functional.pad(x.abs(), (0, nb * block_size - 200)).reshape(16, nb, block_size)
+    amax = xb.amax(dim=2).repeat_interleave(block_size, dim=1)[:, :200]  # [M, K]
+    bound = (amax / 254) @ w.t() * (1 + 1e-3) + 1e-5 * (x.abs() @ w.t()) + 1e-6
+    diff = (y4 - y0).abs()
+    assert (diff > 0).float().mean() > 0.9  # it is really quantizing
+    assert (diff <= bound).all(), float((diff - bound).max())
+    # ... and the difference is of X's rounding size, not much smaller
+    assert float(diff.max()) > 0.1 * float(bound.max())
+
+
+def test_int4_config_accuracy_level() -> None:
+    for bad in (-1, 5, 8, 4.0, "4", True, None):
+        with pytest.raises(ValueError, match="accuracy_level must be an int in \\[0, 4\\]"):
+            Int4Config(accuracy_level=bad)
+    for level in range(5):
+        cfg = Int4Config(64, False, "gptq", accuracy_level=level)
+        assert config_from_dict(QuantizeConfig(default=cfg).to_dict()).default == cfg
+    assert Int4Config().accuracy_level == 0 and "a8" not in Int4Config().describe()
+    assert Int4Config(accuracy_level=4).describe() == "int4 b128 sym a8 rtn"
+    assert "acc2" in Int4Config(accuracy_level=2).describe()
+    # configs saved before the attribute existed load as level 0
+    d = QuantizeConfig(default=Int4Config(32)).to_dict()
+    del d["default"]["accuracy_level"]
+    assert config_from_dict(d).default == Int4Config(32)
+    with pytest.raises(ValueError, match="accuracy_level"):
+        torch.ops.pyquant.matmul_int4(
+            torch.randn(2, 32),
+            torch.zeros(4, 1, 16, dtype=torch.uint8),
+            torch.ones(4, 1),
+            None,
+            None,
+            32,
+            4,
+            32,
+            5,
+        )
+
+
+def test_int8_activation_module_repr_and_checkpoint(tmp_path) -> None:
+    torch.manual_seed(0)
+    cfg = QuantizeConfig(default=Int4Config(32, accuracy_level=4), overrides={"down": Int4Config(16)})
+    m = quantize(Mlp(), cfg)
+    assert "a8" in repr(m.up) and "a8" not in repr(m.down)
+    x = torch.randn(4, 96)
+    y = m(x)
+    save_quantized(m, tmp_path / "q.pt")
+    loaded = load_quantized(Mlp(), tmp_path / "q.pt")
+    assert loaded.up.config.accuracy_level == 4 and loaded.down.config.accuracy_level == 0
+    torch.testing.assert_close(loaded(x), y, atol=0, rtol=0)
+    # the level is not part of the state: the same buffers load into a level-0 model
+    plain = quantize(Mlp(), QuantizeConfig(default=Int4Config(32), overrides={"down": Int4Config(16)}))
+    plain.load_state_dict(m.state_dict())
+    assert not torch.equal(plain(x), y)
+    torch.testing.assert_close(plain(x), y, atol=0.05, rtol=0.05)

@@ -238,6 +238,10 @@ def test_candidates_accept_configs_and_recipe_parsers() -> None:
         raise ValueError("unknown scheme")
 
     assert resolve_candidates("int4-b128-fancy", parse)[0].config == Int4Config(128)
+    # int8 activations (accuracy_level 4) are a candidate of their own, named by the scheme suffix
+    c = resolve_candidates([Int4Config(128), Int4Config(128, accuracy_level=4), "int4-b64-asym-a8"])
+    assert [x.name for x in c] == ["int4-b128", "int4-b128-a8", "int4-b64-asym-a8", "float"]
+    assert c[2].config == Int4Config(64, symmetric=False, accuracy_level=4)
 
 
 def test_calibrated_candidates_and_awq_refused() -> None:

@@ -20,6 +20,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
@@ -113,6 +114,21 @@ __m256 LaneFactors(const float (&f)[G]) {
   if constexpr (G == 2) return _mm256_set_m128(_mm_set1_ps(f[1]), _mm_set1_ps(f[0]));
   return _mm256_setr_ps(f[0], f[0], f[1], f[1], f[2], f[2], f[3], f[3]);
 }
+// The G scales at p (G consecutive blocks of one weight row) as float32: exact conversions (F16C for
+// fp16, a shift for bf16).
+template <class ST, int G>
+__m128 LoadScales(const ST* p) {
+  if constexpr (std::is_same_v<ST, float>) {
+    if constexpr (G == 2) return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p)));
+    return _mm_loadu_ps(p);
+  } else {
+    const __m128i raw = G == 2 ? _mm_cvtsi32_si128(*reinterpret_cast<const int*>(p))
+                               : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    if constexpr (std::is_same_v<ST, Half>) return _mm_cvtph_ps(raw);
+    return _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), raw));  // bf16: the high half
+  }
+}
+
 // Zero points as lanes: each block's in its first lane (the lanes where lane_sums are nonzero).
 template <int G>
 __m256i LaneZeroPoints(const int (&z)[G]) {
@@ -122,7 +138,7 @@ __m256i LaneZeroPoints(const int (&z)[G]) {
 
 // Blocks of 16 (G = 4) or 32 (G = 2) codes: every chunk covers G blocks; the row's last chunk may
 // cover fewer (then it is read through a zero-padded copy: B has no padding past a row).
-template <class ST, int G, int NR, int R>
+template <class ST, int G, bool kSym, int NR, int R>
 void TileNarrow(const RowView& v, int64_t n, int64_t m0, float* y, int64_t ldy) {
   const Int8Activations& x = *v.p->x;
   const ST* scales = static_cast<const ST*>(v.p->scales);
@@ -136,22 +152,34 @@ void TileNarrow(const RowView& v, int64_t n, int64_t m0, float* y, int64_t ldy) 
     __m256 swv[NR];
     for (int r = 0; r < NR; ++r) {
       const uint8_t* src = v.p->b + (n + r) * v.row_bytes + c;
+      // As in TileWide: the next tile's rows, and here their scales too (4 bytes per 16 bytes of
+      // codes at block 32: a stream of its own that the loads below otherwise wait for).
+      if ((c & 63) == 0) _mm_prefetch(reinterpret_cast<const char*>(src + NR * v.row_bytes), _MM_HINT_T0);
+      if ((blk0 * static_cast<int64_t>(sizeof(ST))) % 64 == 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(scales + (n + r + NR) * v.nb + blk0), _MM_HINT_T0);
+      }
       alignas(32) uint8_t tail[32];
       if (c + 32 > v.row_bytes) {
         std::memset(tail, 0, sizeof(tail));
         std::memcpy(tail, src, static_cast<size_t>(v.row_bytes - c));
         src = tail;
       }
-      float sw[G];
-      int zp[G];
-      for (int g = 0; g < G; ++g) {
-        const bool in = blk0 + g < v.nb;
-        zp[g] = in ? v.zp(n + r, blk0 + g) : 0;
-        sw[g] = in ? ToFloat(scales[(n + r) * v.nb + blk0 + g]) : 0.0f;
-      }
       DecodeChunk(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)), lo[r], hi[r]);
-      swv[r] = LaneFactors<G>(sw);
-      zpv[r] = LaneZeroPoints<G>(zp);
+      const ST* srow = scales + (n + r) * v.nb + blk0;
+      if (blk0 + G <= v.nb) {  // lane l gets block l / (8 / G): G = 2: 0000 1111, G = 4: 00 11 22 33
+        const __m256i spread =
+            G == 2 ? _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1) : _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+        swv[r] = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(LoadScales<ST, G>(srow)), spread);
+      } else {  // the row's last chunk, past its last block
+        float sw[G];
+        for (int g = 0; g < G; ++g) sw[g] = blk0 + g < v.nb ? ToFloat(srow[g]) : 0.0f;
+        swv[r] = LaneFactors<G>(sw);
+      }
+      if constexpr (!kSym) {
+        int zp[G];
+        for (int g = 0; g < G; ++g) zp[g] = blk0 + g < v.nb ? v.zp(n + r, blk0 + g) : 0;
+        zpv[r] = LaneZeroPoints<G>(zp);
+      }
     }
     const int64_t lane_off = (c / 32) * 8;
     for (int i = 0; i < R; ++i) {
@@ -160,8 +188,11 @@ void TileNarrow(const RowView& v, int64_t n, int64_t m0, float* y, int64_t ldy) 
       const __m256i xsv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.lane_sums.data() + row_lanes));
       const int8_t* xe = x.even() + (m0 + i) * x.stride + c;
       const int8_t* xo = x.odd() + (m0 + i) * x.stride + c;
+      static_assert(kInt4SymmetricZeroPoint == 8, "the shift below multiplies by the zero point");
+      const __m256i sym_corr = _mm256_slli_epi32(xsv, 3);  // kSym: every zero point is 8
       for (int r = 0; r < NR; ++r) {
-        const __m256i d = _mm256_sub_epi32(DotChunk(lo[r], hi[r], xe, xo), _mm256_mullo_epi32(zpv[r], xsv));
+        const __m256i corr = kSym ? sym_corr : _mm256_mullo_epi32(zpv[r], xsv);
+        const __m256i d = _mm256_sub_epi32(DotChunk(lo[r], hi[r], xe, xo), corr);
         facc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(swv[r], sxv), facc[r][i]);
       }
     }
@@ -173,8 +204,11 @@ void TileNarrow(const RowView& v, int64_t n, int64_t m0, float* y, int64_t ldy) 
 template <class ST, int NR, int R>
 void Tile(const RowView& v, int64_t n, int64_t m0, float* y, int64_t ldy) {
   if (v.half >= 32) return TileWide<ST, NR, R>(v, n, m0, y, ldy);
-  if (v.half == 16) return TileNarrow<ST, 2, NR, R>(v, n, m0, y, ldy);
-  return TileNarrow<ST, 4, NR, R>(v, n, m0, y, ldy);
+  const bool sym = v.p->zp == nullptr;
+  if (v.half == 16) {
+    return sym ? TileNarrow<ST, 2, true, NR, R>(v, n, m0, y, ldy) : TileNarrow<ST, 2, false, NR, R>(v, n, m0, y, ldy);
+  }
+  return sym ? TileNarrow<ST, 4, true, NR, R>(v, n, m0, y, ldy) : TileNarrow<ST, 4, false, NR, R>(v, n, m0, y, ldy);
 }
 
 // Columns [n0, n1) for rows m0 .. m0 + R - 1 of X, NR weight rows at a time.
@@ -186,7 +220,8 @@ void Columns(const RowView& v, int64_t n0, int64_t n1, int64_t m0, float* y, int
 }
 
 // Rows of X in groups of 4 (each decoded chunk feeds 4 dot products); one row takes 4 weight rows
-// at a time instead, so that 4 independent accumulators still hide the latency at M = 1.
+// at a time instead (2 for blocks of 16 / 32), so that independent accumulators still hide the
+// latency at M = 1.
 template <class ST>
 void Rows(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const int64_t nb = p.x->n_blocks, half = p.block_size / 2;
@@ -197,7 +232,9 @@ void Rows(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int64_t ldy
   switch (m - m0) {
     case 3: Columns<ST, 1, 3>(v, n0, n1, m0, y, ldy); break;
     case 2: Columns<ST, 2, 2>(v, n0, n1, m0, y, ldy); break;
-    case 1: Columns<ST, 4, 1>(v, n0, n1, m0, y, ldy); break;
+    case 1:  // blocks of 16 / 32 hold more state per weight row: 4 rows spilled (1.5x slower, s26)
+      half >= 32 ? Columns<ST, 4, 1>(v, n0, n1, m0, y, ldy) : Columns<ST, 2, 1>(v, n0, n1, m0, y, ldy);
+      break;
     default: break;
   }
 }

@@ -41,6 +41,16 @@ def _unpack_nibbles(packed: torch.Tensor, n_rows: int, length: int) -> torch.Ten
     return codes[:, :length]
 
 
+def _centered_codes(
+    b: torch.Tensor, zero_points: torch.Tensor | None, n: int, nb: int, block_size: int
+) -> torch.Tensor:
+    """Packed codes -> q - zp, int [N, n_blocks, block_size] (padding codes included)."""
+    q = _unpack_nibbles(b, n, nb * block_size).reshape(n, nb, block_size)
+    if zero_points is None:
+        return q - INT4_SYMMETRIC_ZERO_POINT
+    return q - _unpack_nibbles(zero_points, n, nb).reshape(n, nb, 1)
+
+
 def dequantize_int4(
     b: torch.Tensor,
     scales: torch.Tensor,
@@ -51,13 +61,10 @@ def dequantize_int4(
 ) -> torch.Tensor:
     """Packed MatMulInt4 weight -> float32 W [N, K]: (q - zp) * scale, formed in float32."""
     nb = -(-k // block_size)
-    q = _unpack_nibbles(b, n, nb * block_size).reshape(n, nb, block_size)
-    if zero_points is None:
-        zp = torch.full((n, nb, 1), INT4_SYMMETRIC_ZERO_POINT, dtype=torch.int32, device=b.device)
-    else:
-        zp = _unpack_nibbles(zero_points, n, nb).reshape(n, nb, 1)
     # (q - zp) is a small exact integer; the scale converts exactly from T to float32.
-    w = (q - zp).to(torch.float32) * scales.reshape(n, nb, 1).to(torch.float32)
+    w = _centered_codes(b, zero_points, n, nb, block_size).to(torch.float32) * scales.reshape(n, nb, 1).to(
+        torch.float32
+    )
     return w.reshape(n, nb * block_size)[:, :k]
 
 
@@ -158,14 +165,9 @@ def _matmul_int4_int8(
     m = x.shape[0]
     nb = -(-k // block_size)
     xq, s_x = quantize_activations_int8(x, k, block_size)
-    q = _unpack_nibbles(b, n, nb * block_size).reshape(n, nb, block_size)
-    if zero_points is None:
-        zp = torch.full((n, nb, 1), INT4_SYMMETRIC_ZERO_POINT, dtype=torch.int32, device=b.device)
-    else:
-        zp = _unpack_nibbles(zero_points, n, nb).reshape(n, nb, 1)
     # (q - zp) in -15..15; codes past K meet xq = 0. Products and block sums are integers below 2^24,
     # so the float32 (or TF32: 10-bit mantissa) block dots are exact in any summation order.
-    qz = (q - zp).to(torch.float32).permute(1, 2, 0)  # [nb, bs, N]
+    qz = _centered_codes(b, zero_points, n, nb, block_size).to(torch.float32).permute(1, 2, 0)  # [nb, bs, N]
     xqb = xq.permute(1, 0, 2)  # [nb, M, bs]
     s32 = scales.reshape(n, nb).to(torch.float32).t().unsqueeze(1)  # [nb, 1, N]
     sx = s_x.t().unsqueeze(2)  # [nb, M, 1]

@@ -108,20 +108,24 @@ class MatMulInt4Cpu final : public Kernel {
     gp.m = m;
     gp.b = p.b;
     gp.scales = p.scales;
-    gp.scale_type = std::is_same_v<T, float>  ? ScaleType::kFloat32
-                    : std::is_same_v<T, Half> ? ScaleType::kFloat16
-                                              : ScaleType::kBFloat16;
+    gp.scale_type = kScaleType;
     gp.zp = p.zero_points;
     gp.n_blocks = nb;
     gp.block_size = bs;
-    const T* bias = static_cast<const T*>(p.bias);
-    T* y = static_cast<T*>(p.y);
     RunGemvTasks(
         ctx, m, n, Int4RowBytes(k, bs),
         [&](int64_t n0, int64_t n1, float* acc, int64_t ld_acc) { Int4GemvRows(gp, n0, n1, acc, ld_acc); },
-        [&](int64_t mi, int64_t j, float sum) {
-          y[mi * n + j] = FromFloat<T>(sum + (bias ? ToFloat(bias[j]) : 0.0f));
-        });
+        BiasStore(p));
+  }
+
+  // The small-M paths' store: Y[mi, j] = sum + bias[j], rounded once to T.
+  auto BiasStore(const MatMulInt4Problem& p) const {
+    const T* bias = static_cast<const T*>(p.bias);
+    T* y = static_cast<T*>(p.y);
+    const int64_t n = attrs_.n;
+    return [bias, y, n](int64_t mi, int64_t j, float sum) {
+      y[mi * n + j] = FromFloat<T>(sum + (bias ? ToFloat(bias[j]) : 0.0f));
+    };
   }
 
   // accuracy_level 4 (cpu/int8_activations.h): X to int8 per row and block, then integer dot
@@ -134,21 +138,18 @@ class MatMulInt4Cpu final : public Kernel {
     ip.x = &xq;
     ip.b = p.b;
     ip.scales = p.scales;
-    ip.scale_type = std::is_same_v<T, float>  ? ScaleType::kFloat32
-                    : std::is_same_v<T, Half> ? ScaleType::kFloat16
-                                              : ScaleType::kBFloat16;
+    ip.scale_type = kScaleType;
     ip.zp = p.zero_points;
     ip.block_size = attrs_.block_size;
-    const T* bias = static_cast<const T*>(p.bias);
-    T* y = static_cast<T*>(p.y);
     RunGemvTasks(
         ctx, p.m, attrs_.n, Int4RowBytes(attrs_.k, attrs_.block_size),
         [&](int64_t n0, int64_t n1, float* acc, int64_t ld_acc) { Int4Int8Rows(ip, n0, n1, acc, ld_acc); },
-        [&](int64_t mi, int64_t j, float sum) {
-          y[mi * attrs_.n + j] = FromFloat<T>(sum + (bias ? ToFloat(bias[j]) : 0.0f));
-        });
+        BiasStore(p));
   }
 
+  static constexpr ScaleType kScaleType = std::is_same_v<T, float>  ? ScaleType::kFloat32
+                                          : std::is_same_v<T, Half> ? ScaleType::kFloat16
+                                                                    : ScaleType::kBFloat16;
   MatMulInt4Attrs attrs_;
 };
 

@@ -15,6 +15,16 @@ namespace pyquant {
 
 namespace {
 
+bool HasAvx512Vnni() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512bw");
+#else
+  return false;
+#endif
+}
+
 // Round half to even of |v| < 2^22 in the default rounding mode, without SSE4.1's roundps: adding
 // and subtracting 1.5 * 2^23 drops the fraction with the FPU's own rounding (nearest even). Written
 // this way so that the baseline-ISA loop below vectorizes; no fast-math anywhere in this library.
@@ -137,8 +147,13 @@ void Int4Int8RowsBase(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y,
 }  // namespace int8_isa
 
 void Int4Int8Rows(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  // AVX-512 CPUs run the AVX2 kernel (AVX512-VNNI's vpdpbusd would be the next step there).
-  static const auto fn = CpuIsa() == CpuIsaLevel::kBase ? &int8_isa::Int4Int8RowsBase : &int8_isa::Int4Int8RowsAvx2;
+  static const auto fn = [] {
+    switch (CpuIsa()) {
+      case CpuIsaLevel::kAvx512: return HasAvx512Vnni() ? &int8_isa::Int4Int8RowsVnni : &int8_isa::Int4Int8RowsAvx2;
+      case CpuIsaLevel::kAvx2: return &int8_isa::Int4Int8RowsAvx2;
+      default: return &int8_isa::Int4Int8RowsBase;
+    }
+  }();
   fn(p, n0, n1, y, ldy);
 }
 

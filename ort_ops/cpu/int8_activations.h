@@ -57,12 +57,14 @@ struct Int4Int8Params {
 };
 
 // y[mi * ldy + (n - n0)] = the sum above for n in [n0, n1), mi < x->m (no bias). y: float
-// [x->m, ldy], overwritten. Picks the AVX2 kernel where the CPU has it (PYQUANT_CPU_ISA caps it).
+// [x->m, ldy], overwritten. Picks the AVX512-VNNI kernel, else the AVX2 one, where the CPU has them
+// (PYQUANT_CPU_ISA caps the choice: avx2 -> the AVX2 kernel, base -> the portable one).
 void Int4Int8Rows(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int64_t ldy);
 
 namespace int8_isa {
 void Int4Int8RowsBase(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int64_t ldy);
 void Int4Int8RowsAvx2(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int64_t ldy);
+void Int4Int8RowsVnni(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int64_t ldy);
 }  // namespace int8_isa
 
 }  // namespace pyquant

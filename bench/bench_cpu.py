@@ -179,6 +179,10 @@ def cpu_flags() -> list[str]:
 
 
 def git_commit() -> str:
+    # PYQUANT_COMMIT (as bench_cuda.py's --commit default): the device's copy of the tree carries a
+    # stale git HEAD, so the caller names the commit there.
+    if os.environ.get("PYQUANT_COMMIT"):
+        return os.environ["PYQUANT_COMMIT"]
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     try:
         rev = subprocess.run(

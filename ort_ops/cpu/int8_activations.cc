@@ -1,6 +1,6 @@
 // Int8-activation MatMulInt4 (cpu/int8_activations.h): the activation quantizer, the portable
 // kernel (any CPU; PYQUANT_CPU_ISA=base) and the ISA dispatch. The AVX2 kernel is in
-// int8_activations_avx2.cc.
+// int8_activations_unit.inc (an AVX2 and an AVX512-VNNI unit).
 #include "cpu/int8_activations.h"
 
 #include <algorithm>
@@ -15,11 +15,11 @@ namespace pyquant {
 
 namespace {
 
+// Asked only where CpuIsa() is kAvx512, which already checked AVX512F / VL / BW / DQ.
 bool HasAvx512Vnni() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512bw");
+  return __builtin_cpu_supports("avx512vnni");
 #else
   return false;
 #endif

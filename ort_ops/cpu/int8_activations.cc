@@ -1,6 +1,6 @@
 // Int8-activation MatMulInt4 (cpu/int8_activations.h): the activation quantizer, the portable
-// kernel (any CPU; PYQUANT_CPU_ISA=base) and the ISA dispatch. The AVX2 kernel is in
-// int8_activations_unit.inc (an AVX2 and an AVX512-VNNI unit).
+// kernel (any CPU; PYQUANT_CPU_ISA=base) and the ISA dispatch. The SIMD kernels (an AVX2 and an
+// AVX512-VNNI unit) are int8_activations_unit.inc.
 #include "cpu/int8_activations.h"
 
 #include <algorithm>

@@ -509,8 +509,9 @@ __device__ __forceinline__ void StorePair(T* __restrict__ y, const T* __restrict
 // The CUDA-core decode GEMV of matmul_int4_gemv_impl.cu (M <= 4, K % 32 == 0, block_size >= 32,
 // T = __half / __nv_bfloat16, 16-byte aligned X and B); variant = (rows per CTA, threads):
 // 0: (4, 128), 1: (2, 128), 2: (8, 128), 3: (4, 256); next-piece loads only where there is one
-// (no clamped re-read at the end): 4: (4, 128), 5: (8, 128).
-constexpr int kInt4GemvCcVariants = 6;
+// (no clamped re-read at the end): 4: (4, 128), 5: (8, 128); with L2 prefetches 2 / 4 strides
+// ahead (kL2Ahead): 6: (4, 128, 2), 7: (4, 128, 4), 8: (2, 128, 2).
+constexpr int kInt4GemvCcVariants = 9;
 constexpr int kInt4GemvCcMaxM = 4;
 // Default up to M = 4 (GemvVariantFor, matmul_int4_impl.cu: variant 4 at M <= 2 with K <= 8192,
 // else variant 0 at M = 1 and variant 2 at M = 2, 3; at M = 4 variant 0 only for K >= 8192): from

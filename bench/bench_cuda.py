@@ -49,7 +49,7 @@ Methods (fp16 activations):
   pyquant_int4_all  B rewritten in the shuffled order on every layer it tiles (PYQUANT_INT4_SHUFFLE=all;
                     the default does it from N * K >= 2^25 where N >= K) (not in the default list)
   pyquant_int4_sv<v>  a shuffled-order kernel variant (PYQUANT_INT4_SHUF_VARIANT; 0..7 mma.sync,
-                    8, 9 the wide shared-memory kernel, 10..16 CUDA-core GEMV:
+                    8, 9 the wide shared-memory kernel, 10..14 CUDA-core GEMV:
                     ort_ops/cuda/matmul_int4.h), on every layer (not in the default list)
   pyquant_int4_wide / _wide1  the wide shared-memory kernel (variant 8 / 9) on every layer at every
                     M, Hopper GEMM off (not in the default list); _wide_f3: variant 8 with its K
@@ -139,7 +139,7 @@ METHOD_ENV = {
     "pyquant_int4_all": {"PYQUANT_INT4_SHUFFLE": "all"},
     **{
         f"pyquant_int4_sv{v}": {"PYQUANT_INT4_SHUF_VARIANT": str(v), "PYQUANT_INT4_SHUFFLE": "all"}
-        for v in range(17)
+        for v in range(15)
     },
     # the wide shared-memory mma kernel on every layer at every M (Hopper GEMM off): variant 8
     # (automatic tiles and K split) and 9 (128-row CTAs)
@@ -231,7 +231,7 @@ METHOD_ENV = {
     # of wide) / wide (128 x 128), wherever it runs
     "pyquant_fp8_tall": {"PYQUANT_FP8_STAGED_SHAPE": "tall"},
     "pyquant_fp8_wide": {"PYQUANT_FP8_STAGED_SHAPE": "wide"},
-    **{f"pyquant_fp8_fused{i}": {"PYQUANT_FP8_GEMV": "fused" if i == 0 else f"fused{i}"} for i in range(7)},
+    **{f"pyquant_fp8_fused{i}": {"PYQUANT_FP8_GEMV": "fused" if i == 0 else f"fused{i}"} for i in range(5)},
     **{f"pyquant_fp8_{t}": {"PYQUANT_FP8_SM90_TILE": t} for t in FP8_SM90_TILES},
     **{
         f"pyquant_fp8_{t}all": {"PYQUANT_FP8_SM90_TILE": t, "PYQUANT_FP8_SM90_MIN_M": "1"}
@@ -314,7 +314,7 @@ METHOD_ENV = {
         "PYQUANT_INT4_SM90_DECOMP": "streamk",
     },
     **{f"pyquant_fp8_sm90min{m}": {"PYQUANT_FP8_SM90_MIN_M": str(m)} for m in (17, 33, 49, 65, 129)},
-    **{f"pyquant_int4_v{i}": {"PYQUANT_INT4_GEMV_VARIANT": str(i), **_PLAIN} for i in range(15)},
+    **{f"pyquant_int4_v{i}": {"PYQUANT_INT4_GEMV_VARIANT": str(i), **_PLAIN} for i in range(12)},
     # the 9 <= M <= 64 mma.sync kernel variants (matmul_int4_impl.cu, PYQUANT_INT4_MID_VARIANT)
     # with the Hopper GEMM from M = 65 only, so that they serve the whole range
     **{

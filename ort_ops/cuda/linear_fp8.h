@@ -33,12 +33,6 @@ constexpr int kFp8GemvMmaSplit = 8;
 constexpr int kFp8GemvStaged = 9;
 // Fp8Options::gemv value of "nostaged": "auto" without the staged kernel (the session-20 default).
 constexpr int kFp8GemvNoStaged = 10;
-// Fp8Options::gemv values of "fused5", "fused6": the fused GEMV's variants 5, 6 (L2 prefetches).
-constexpr int kFp8GemvFused5 = 11;
-// The fused GEMV's variant a pinned Fp8Options::gemv value names, or -1.
-constexpr int Fp8GemvPinnedFusedVariant(int gemv) {
-  return gemv >= 3 && gemv < kFp8GemvMmaSplit ? gemv - 3 : gemv >= kFp8GemvFused5 ? gemv - kFp8GemvFused5 + 5 : -1;
-}
 // The M range in which "auto" runs the staged kernel on sm_90's narrow layers (Fp8StagedByDefault;
 // the upper end is Fp8Options::staged_max_m). Up to 64 one grid row of tokens; since session 23 up to
 // 128 in two grid rows of 64 tokens on the narrowest layers (ceil(N / 8) <= SMs / 2).
@@ -92,7 +86,6 @@ struct Fp8Options {
   //     M below the Hopper GEMM, where it applies (else "mmasplit"). Written in session 20
   //     for the long-K narrow layers at M = 17-64; part of "auto" since session 21.
   //   10 "nostaged" (kFp8GemvNoStaged): "auto" without the staged kernel (benchmarks).
-  //   11, 12 "fused5", "fused6": the fused GEMV's variants 5, 6 (M <= 4; else "mma").
   int gemv = 0;
   // PYQUANT_FP8_KSPLIT_FILL (benchmarks): that split's aim, in CTAs per SM (Fp8MmaClusterSplit); it
   // also sets which layers count as narrow for sm90_min_m_narrow.

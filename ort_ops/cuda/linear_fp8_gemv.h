@@ -24,9 +24,10 @@ constexpr int64_t kFp8GemvAutoMaxM = 2;
 // (Measured and removed, session 16, code: git show f874797: (4, 128) with two pieces per row
 // in flight, both loaded before the amax pass. Slower at M = 1 / 2 on three layers, e.g.
 // 14336 x 4096 M = 1 26.5 against 23.5 us, 4096^2 8.5 against 7.7; even on 4096 x 14336
-// (21.6 / 21.7): bench/results/2026-11-24-h100-s16-fp8ahead-bench-cuda.md.)
-// 5, 6: (4, 128) with L2 prefetches of the pieces 2 / 4 strides ahead (no registers).
-constexpr int kFp8GemvFusedVariants = 7;
+// (21.6 / 21.7): bench/results/2026-11-24-h100-s16-fp8ahead-bench-cuda.md. Session 27, code: git show
+// f2eb272: rolling L2 prefetches 2 / 4 strides ahead, no registers: within +-6 % of variant 0, not
+// one-sided (…-s27-l2-*-bench-cuda.md).)
+constexpr int kFp8GemvFusedVariants = 5;
 // The variant PYQUANT_FP8_GEMV=auto runs at M (<= kFp8GemvAutoMaxM).
 constexpr int Fp8GemvAutoVariant(int64_t m) { return m == 2 ? 2 : 0; }
 

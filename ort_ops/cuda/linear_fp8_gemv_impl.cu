@@ -72,9 +72,7 @@ __device__ __forceinline__ void QuantX16(const uint4& a, const uint4& b, float i
 //   the previous grid completes (PDL, cuda/pdl.h).
 //   kExact: the next piece is loaded only where there is one (else a clamped index re-reads the
 //   last piece: fewer registers, but at K = 4096 every warp ends on an L2 round trip).
-//   kL2Ahead > 0: each iteration also asks L2 for the pieces kL2Ahead strides ahead (one prefetch
-//   per 128-byte line, no register): more bytes in flight on long rows.
-template <typename T, int kM, int kR, int kThreads, bool kBlockScale, bool kExact, int kL2Ahead>
+template <typename T, int kM, int kR, int kThreads, bool kBlockScale, bool kExact>
 __global__ void __launch_bounds__(kThreads)
     fp8_gemv_fused_kernel(const T* __restrict__ x, int static_scale, float x_scale, const uint8_t* __restrict__ w,
                           const float* __restrict__ w_scale, const T* __restrict__ bias, T* __restrict__ y, int n,
@@ -142,14 +140,6 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int r = 0; r < kR; ++r) nxt[r] = LoadStream16(w + int64_t(rows[r]) * k + 16 * cn);
     }
-    if constexpr (kL2Ahead > 0) {
-      // A warp's lanes hold 32 consecutive pieces (512 bytes of a row): lanes 0, 8, 16, 24 ask for a line each.
-      const int ca = c + kL2Ahead * kThreads;
-      if ((threadIdx.x & 7) == 0 && ca < pieces) {
-#pragma unroll
-        for (int r = 0; r < kR; ++r) PrefetchL2(w + int64_t(rows[r]) * k + 16 * ca);
-      }
-    }
     float xq[kM][16];
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
@@ -189,7 +179,7 @@ __global__ void __launch_bounds__(kThreads)
 
 namespace {
 
-template <typename T, int kR, int kThreads, bool kBlock, bool kExact, int kL2Ahead>
+template <typename T, int kR, int kThreads, bool kBlock, bool kExact>
 void LaunchFused(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.n + kR - 1) / kR));
   const T* x = static_cast<const T*>(p.x);
@@ -197,21 +187,21 @@ void LaunchFused(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cudaStream
   T* y = static_cast<T*>(p.y);
   const int st = p.static_scale ? 1 : 0, n = static_cast<int>(p.n), k = static_cast<int>(p.k);
   const int nsb = static_cast<int>(p.n_scale_blocks);
-  auto kernel = fp8_gemv_fused_kernel<T, 4, kR, kThreads, kBlock, kExact, kL2Ahead>;
-  if (p.m == 1) kernel = fp8_gemv_fused_kernel<T, 1, kR, kThreads, kBlock, kExact, kL2Ahead>;
-  if (p.m == 2) kernel = fp8_gemv_fused_kernel<T, 2, kR, kThreads, kBlock, kExact, kL2Ahead>;
-  if (p.m == 3) kernel = fp8_gemv_fused_kernel<T, 3, kR, kThreads, kBlock, kExact, kL2Ahead>;
+  auto kernel = fp8_gemv_fused_kernel<T, 4, kR, kThreads, kBlock, kExact>;
+  if (p.m == 1) kernel = fp8_gemv_fused_kernel<T, 1, kR, kThreads, kBlock, kExact>;
+  if (p.m == 2) kernel = fp8_gemv_fused_kernel<T, 2, kR, kThreads, kBlock, kExact>;
+  if (p.m == 3) kernel = fp8_gemv_fused_kernel<T, 3, kR, kThreads, kBlock, kExact>;
   // Launch errors are left for the caller's cudaGetLastError().
   (void)LaunchWithPdl(kernel, grid, dim3(kThreads), stream, pdl.launch, x, st, p.x_scale, p.w, p.w_scale, bias, y, n, k,
                       bs_log2, nsb, pdl.weights_early);
 }
 
-template <typename T, int kR, int kThreads, bool kExact = false, int kL2Ahead = 0>
+template <typename T, int kR, int kThreads, bool kExact = false>
 void LaunchFusedScales(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cudaStream_t stream) {
   if (p.block_size != 0) {
-    LaunchFused<T, kR, kThreads, true, kExact, kL2Ahead>(p, bs_log2, pdl, stream);
+    LaunchFused<T, kR, kThreads, true, kExact>(p, bs_log2, pdl, stream);
   } else {
-    LaunchFused<T, kR, kThreads, false, kExact, kL2Ahead>(p, bs_log2, pdl, stream);
+    LaunchFused<T, kR, kThreads, false, kExact>(p, bs_log2, pdl, stream);
   }
 }
 
@@ -231,8 +221,6 @@ cudaError_t LaunchFp8GemvFused(const LinearFp8Problem& p, int variant, PdlMode p
     case 2: LaunchFusedScales<T, 8, 128>(p, bs_log2, pdl, stream); break;
     case 3: LaunchFusedScales<T, 4, 256>(p, bs_log2, pdl, stream); break;
     case 4: LaunchFusedScales<T, 4, 128, true>(p, bs_log2, pdl, stream); break;
-    case 5: LaunchFusedScales<T, 4, 128, false, 2>(p, bs_log2, pdl, stream); break;
-    case 6: LaunchFusedScales<T, 4, 128, false, 4>(p, bs_log2, pdl, stream); break;
     default: LaunchFusedScales<T, 4, 128>(p, bs_log2, pdl, stream);
   }
   return cudaGetLastError();

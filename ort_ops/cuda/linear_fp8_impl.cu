@@ -638,12 +638,11 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
   if constexpr (!std::is_same<T, float>::value) {
     // Decode: quantization fused into the GEMV (no xq round trip, one launch), unless the Hopper
     // GEMM was asked for at this M.
-    const int fused_pinned = Fp8GemvPinnedFusedVariant(opt.gemv);  // "fused", "fused1".."fused6"
-    const bool fused_knob = fused_pinned >= 0;
+    const bool fused_knob = opt.gemv >= 3 && opt.gemv < kFp8GemvMmaSplit;  // "fused", "fused1".."fused4"
     const bool fused_allowed =
         ((opt.gemv == 0 || opt.gemv == kFp8GemvNoStaged) && p.m <= kFp8GemvAutoMaxM) || fused_knob;
     if (!force_ref && fused_allowed && !sm90 && !staged_default && Fp8GemvFusedFits(p, sizeof(T))) {
-      return LaunchFp8GemvFused<T>(p, fused_knob ? fused_pinned : Fp8GemvAutoVariant(p.m), pdl, stream);
+      return LaunchFp8GemvFused<T>(p, fused_knob ? opt.gemv - 3 : Fp8GemvAutoVariant(p.m), pdl, stream);
     }
   }
   uint8_t* xq = static_cast<uint8_t*>(ws.data);

@@ -156,8 +156,8 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 //     0..7 the mma kernel's (NT, warps, U, cluster) configurations; 8, 9 the wide kernel (below);
 //     kInt4ShuffledGemvVariantBase + v the
 //     GEMV's (pieces per CTA tile, tiles, threads, k-tiles per unit) configuration v: 0: (4, 1,
-//     128, 4), 1: (8, 1, 128, 4), 2: (2, 1, 128, 4), 3: (4, 2, 128, 4), 4: (8, 2, 128, 4); 5, 6: 3
-//     and 1 with L2 prefetches of the unit 2 ahead; up to M = kInt4ShuffledGemvMaxM.
+//     128, 4), 1: (8, 1, 128, 4), 2: (2, 1, 128, 4), 3: (4, 2, 128, 4), 4: (8, 2, 128, 4), up to
+//     M = kInt4ShuffledGemvMaxM.
 //   LaunchMatMulInt4ShuffledRef: one thread per output through Int4ShuffledCodeAt.
 // The op rewrites B by default only for layers of N * K >= kInt4ShuffleMinWeights (4096 x 8192 and
 // up) with N >= K (Int4ShuffleByDefault): on 4096 x 4096 the row-major small-M kernels stay faster

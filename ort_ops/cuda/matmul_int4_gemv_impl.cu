@@ -160,12 +160,8 @@ __device__ __forceinline__ float SlowPiece(const typename GemvMath<T>::Decoder& 
 //   nullptr, bias [N] T or nullptr, y [M, N] T. grid.x = ceil(N / kR), block = kThreads.
 //   weights_early: b / scales / zp are constant initializers, so the first pieces may be loaded
 //   before the previous grid completes (PDL, cuda/pdl.h).
-//   kL2Ahead > 0: each iteration also asks L2 for the pieces kL2Ahead strides ahead (one
-//   prefetch per 128-byte line, no register), so that long rows keep more bytes in flight than
-//   the one register-held piece per row. Capped at 64 registers (8 CTAs of 128 threads per SM, as
-//   without the prefetches: at 72, 4096-row layers would take a second wave).
-template <typename T, int kM, int kR, int kThreads, bool kExactPrefetch, int kL2Ahead>
-__global__ void __launch_bounds__(kThreads, kL2Ahead > 0 ? 1024 / kThreads : 1)
+template <typename T, int kM, int kR, int kThreads, bool kExactPrefetch>
+__global__ void __launch_bounds__(kThreads)
     int4_gemv_cc_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
                         const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
                         bool weights_early) {
@@ -205,15 +201,6 @@ __global__ void __launch_bounds__(kThreads, kL2Ahead > 0 ? 1024 / kThreads : 1)
     if (!kExactPrefetch || cn < pieces) {
 #pragma unroll
       for (int r = 0; r < kR; ++r) nxt[r] = LoadGemvPiece<T>(b, scales, zp, g, rows[r], cn);
-    }
-    if constexpr (kL2Ahead > 0) {
-      // A warp's 32 lanes hold 32 consecutive pieces (512 bytes of a row): lanes 0, 8, 16, 24 each
-      // ask for one 128-byte line.
-      const int ca = c + kL2Ahead * kThreads;
-      if ((threadIdx.x & 7) == 0 && ca < pieces) {
-#pragma unroll
-        for (int r = 0; r < kR; ++r) PrefetchL2(b + int64_t(rows[r]) * g.row_bytes + ca * 16);
-      }
     }
 
     typename Math::Decoder dec[kR];
@@ -276,14 +263,14 @@ __global__ void __launch_bounds__(kThreads, kL2Ahead > 0 ? 1024 / kThreads : 1)
 
 namespace {
 
-template <typename T, int kR, int kThreads, bool kExact = false, int kL2Ahead = 0>
+template <typename T, int kR, int kThreads, bool kExact = false>
 void LaunchCc(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y, const Int4Geom& g,
               PdlMode pdl, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((g.n + kR - 1) / kR));
-  auto kernel = int4_gemv_cc_kernel<T, 4, kR, kThreads, kExact, kL2Ahead>;
-  if (g.m == 1) kernel = int4_gemv_cc_kernel<T, 1, kR, kThreads, kExact, kL2Ahead>;
-  if (g.m == 2) kernel = int4_gemv_cc_kernel<T, 2, kR, kThreads, kExact, kL2Ahead>;
-  if (g.m == 3) kernel = int4_gemv_cc_kernel<T, 3, kR, kThreads, kExact, kL2Ahead>;
+  auto kernel = int4_gemv_cc_kernel<T, 4, kR, kThreads, kExact>;
+  if (g.m == 1) kernel = int4_gemv_cc_kernel<T, 1, kR, kThreads, kExact>;
+  if (g.m == 2) kernel = int4_gemv_cc_kernel<T, 2, kR, kThreads, kExact>;
+  if (g.m == 3) kernel = int4_gemv_cc_kernel<T, 3, kR, kThreads, kExact>;
   // Launch errors are left for the caller's cudaGetLastError().
   (void)LaunchWithPdl(kernel, grid, dim3(kThreads), stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
 }
@@ -299,9 +286,6 @@ void LaunchInt4GemvCc(int variant, const T* x, const uint8_t* b, const T* s, con
     case 3: LaunchCc<T, 4, 256>(x, b, s, zp, bias, y, g, pdl, stream); break;
     case 4: LaunchCc<T, 4, 128, true>(x, b, s, zp, bias, y, g, pdl, stream); break;
     case 5: LaunchCc<T, 8, 128, true>(x, b, s, zp, bias, y, g, pdl, stream); break;
-    case 6: LaunchCc<T, 4, 128, false, 2>(x, b, s, zp, bias, y, g, pdl, stream); break;
-    case 7: LaunchCc<T, 4, 128, false, 4>(x, b, s, zp, bias, y, g, pdl, stream); break;
-    case 8: LaunchCc<T, 2, 128, false, 2>(x, b, s, zp, bias, y, g, pdl, stream); break;
     default: LaunchCc<T, 4, 128>(x, b, s, zp, bias, y, g, pdl, stream);
   }
 }

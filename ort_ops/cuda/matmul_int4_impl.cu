@@ -328,8 +328,8 @@ __global__ void int4_split_finalize_kernel(const float* __restrict__ ws, const T
 //     1: 4 warps, U = 4, prefetch          2: 2 warps, U = 4, prefetch
 //     3: 8 warps, U = 2, prefetch          4: 1 warp,  U = 4, prefetch
 //     5: 2 warps, U = 2, prefetch, >= 8 CTAs per SM (register cap)
-//   6..14: the CUDA-core GEMV (matmul_int4_gemv_impl.cu) variants 0..8, for M <= 4 and K % 32 == 0
-//     (a pinned 6..14 on another problem falls back to the default choice)
+//   6..11: the CUDA-core GEMV (matmul_int4_gemv_impl.cu) variants 0..5, for M <= 4 and K % 32 == 0
+//     (a pinned 6..11 on another problem falls back to the default choice)
 // ---------------------------------------------------------------------------------------------
 namespace {
 constexpr int kSmallMVariants = 6;

@@ -509,9 +509,8 @@ __device__ __forceinline__ void StorePair(T* __restrict__ y, const T* __restrict
 // The CUDA-core decode GEMV of matmul_int4_gemv_impl.cu (M <= 4, K % 32 == 0, block_size >= 32,
 // T = __half / __nv_bfloat16, 16-byte aligned X and B); variant = (rows per CTA, threads):
 // 0: (4, 128), 1: (2, 128), 2: (8, 128), 3: (4, 256); next-piece loads only where there is one
-// (no clamped re-read at the end): 4: (4, 128), 5: (8, 128); with L2 prefetches 2 / 4 strides
-// ahead (kL2Ahead): 6: (4, 128, 2), 7: (4, 128, 4), 8: (2, 128, 2).
-constexpr int kInt4GemvCcVariants = 9;
+// (no clamped re-read at the end): 4: (4, 128), 5: (8, 128).
+constexpr int kInt4GemvCcVariants = 6;
 constexpr int kInt4GemvCcMaxM = 4;
 // Default up to M = 4 (GemvVariantFor, matmul_int4_impl.cu: variant 4 at M <= 2 with K <= 8192,
 // else variant 0 at M = 1 and variant 2 at M = 2, 3; at M = 4 variant 0 only for K >= 8192): from
@@ -527,6 +526,11 @@ constexpr int kInt4GemvCcMaxM = 4;
 // bench/results/2026-11-24-h100-s13-stream{1,2,3}-bench-cuda.md). Nsight Compute on 4096^2 alone:
 // 12.4 us, 16 warps per SM at ~10 cycles per instruction; once a layer's X arrives, its decode and
 // dot products on half an SM take longer than the boundary the prefetch hides.
+// Tried in session 27 and removed again (code: git show f2eb272): rolling `prefetch.global.L2` of the
+// pieces 2 / 4 strides ahead (one per 128-byte line, capped at 64 registers), for more bytes in
+// flight on long rows without registers. H100, M = 1: 14336 x 4096 13.7 us with 4 strides against
+// 14.5 for this GEMV, 4096 x 14336 / 8192^2 / 14336 x 1024 / 14336 x 2048 slower (the same for the
+// shuffled GEMV and FP8's fused GEMV: even or slower; bench/results/2026-11-26-h100-s27-l2-*-bench-cuda.md).
 constexpr int kInt4GemvCcDefaultMaxM = 4;
 template <typename T>
 void LaunchInt4GemvCc(int variant, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,

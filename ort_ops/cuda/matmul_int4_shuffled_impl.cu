@@ -309,9 +309,7 @@ __device__ __forceinline__ void DecodeShufPiece(const uint4& q, const ShufRows<T
   }
 }
 
-// kL2Ahead > 0: each unit also asks L2 for the tiles of the unit kL2Ahead ahead (one prefetch per
-// 128-byte tile, from the thread holding its first piece; no register).
-template <typename T, int kM, int kP, int kTiles, int kThreads, int kU, int kL2Ahead = 0>
+template <typename T, int kM, int kP, int kTiles, int kThreads, int kU>
 __global__ void __launch_bounds__(kThreads)
     int4_shuffled_gemv_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
                               const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
@@ -361,15 +359,6 @@ __global__ void __launch_bounds__(kThreads)
       for (int u = 0; u < kU; ++u)
 #pragma unroll
         for (int j = 0; j < kTiles; ++j) nxt[u][j] = LoadStream16(piece_ptr(j, un * kU + u));
-    }
-    if constexpr (kL2Ahead > 0) {
-      if (threadIdx.x % kP == 0 && i + kL2Ahead < my_units) {
-        const int ua = grp + kGroups * (i + kL2Ahead);
-#pragma unroll
-        for (int u = 0; u < kU; ++u)
-#pragma unroll
-          for (int j = 0; j < kTiles; ++j) PrefetchL2(piece_ptr(j, ua * kU + u) - kInt4ShufflePieceBytes * p_off);
-      }
     }
     const int blk = (unit * kU * 16) >> g.bs_log2;
     float s[kTiles][2];
@@ -491,14 +480,14 @@ void LaunchShufMma(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, 
                              kS, stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
 }
 
-template <typename T, int kP, int kTiles, int kThreads, int kU, int kL2Ahead = 0>
+template <typename T, int kP, int kTiles, int kThreads, int kU>
 void LaunchShufGemv(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y, const Int4Geom& g,
                     PdlMode pdl, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(g.n / (16 * kTiles) * (8 / kP)));
-  auto kernel = int4_shuffled_gemv_kernel<T, 1, kP, kTiles, kThreads, kU, kL2Ahead>;
-  if (g.m == 2) kernel = int4_shuffled_gemv_kernel<T, 2, kP, kTiles, kThreads, kU, kL2Ahead>;
-  if (g.m == 3) kernel = int4_shuffled_gemv_kernel<T, 3, kP, kTiles, kThreads, kU, kL2Ahead>;
-  if (g.m == 4) kernel = int4_shuffled_gemv_kernel<T, 4, kP, kTiles, kThreads, kU, kL2Ahead>;
+  auto kernel = int4_shuffled_gemv_kernel<T, 1, kP, kTiles, kThreads, kU>;
+  if (g.m == 2) kernel = int4_shuffled_gemv_kernel<T, 2, kP, kTiles, kThreads, kU>;
+  if (g.m == 3) kernel = int4_shuffled_gemv_kernel<T, 3, kP, kTiles, kThreads, kU>;
+  if (g.m == 4) kernel = int4_shuffled_gemv_kernel<T, 4, kP, kTiles, kThreads, kU>;
   (void)LaunchWithPdl(kernel, grid, dim3(kThreads), stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
 }
 
@@ -608,8 +597,6 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
         case 2: LaunchShufGemv<T, 2, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
         case 3: LaunchShufGemv<T, 4, 2, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
         case 4: LaunchShufGemv<T, 8, 2, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
-        case 5: LaunchShufGemv<T, 4, 2, 128, 4, 2>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
-        case 6: LaunchShufGemv<T, 8, 1, 128, 4, 2>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
         default: LaunchShufGemv<T, 4, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
       }
     } else if (UseShufWide(variant, g.m) && AlignedTo(x, 16) && g.m <= 65535 * 64) {

@@ -13,7 +13,7 @@ from tests.cuda.test_cuda_ops import _check_int4, _int4_case, _session
 
 pytestmark = pytest.mark.cuda
 
-N_VARIANTS = 15
+N_VARIANTS = 12
 
 
 @pytest.mark.parametrize("variant", range(N_VARIANTS))
@@ -28,7 +28,7 @@ def test_int4_gemv_variants(rng, variant, dtype, bs, symmetric, kn):
     _check_int4(sess, rng, [1, 2, 3, 4, 5, 8], k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
-@pytest.mark.parametrize("variant", [-1, 6, 7, 8, 9, 10, 11, 12, 13, 14])
+@pytest.mark.parametrize("variant", [-1, 6, 7, 8, 9, 10, 11])
 @pytest.mark.parametrize("bs", [64, 256])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("nonfinite_scale", [False, True])

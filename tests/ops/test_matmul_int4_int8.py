@@ -65,6 +65,38 @@ def test_k_not_multiple_of_block(rng, k, bs):
     case(rng, k=k, n=21, bs=bs, dtype="float16", symmetric=False, with_bias=False)
 
 
+@pytest.mark.parametrize("bs", [16, 32, 64, 128, 256])
+@pytest.mark.parametrize("m", [12, 13, 17, 23])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_gemm_rows(rng, bs, m, symmetric):
+    # From M = 8 (AVX512-VNNI) / 12 (AVX2) the kernel whose lanes are output columns: panels of 16
+    # weight rows (N = 37: a partial one), X rows in tiles of 4 / 6 and the 1..5-row remainders.
+    case(rng, k=512, n=37, bs=bs, dtype="float32", symmetric=symmetric, with_bias=True, lead=(m,))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k,bs", [(1000, 32), (200, 64), (40, 16), (576, 128), (100, 256)])
+def test_gemm_rows_k_tails_and_dtypes(rng, dtype, k, bs):
+    # K not a multiple of the block (the panel covers the padded codes; X is zero there), and the
+    # scale dtypes, through the column-lane kernel (M = 16).
+    case(rng, k=k, n=19, bs=bs, dtype=dtype, symmetric=False, with_bias=False, lead=(2, 8))
+
+
+def test_gemm_rows_non_finite_and_zero_rows(rng):
+    k, n, bs = 256, 40, 64
+    b, s, zp = _weights(rng, k, n, bs, symmetric=False)
+    x = rng.standard_normal((16, k)).astype(np.float32)
+    x[1, 40] = np.nan
+    x[6, 200] = -np.inf
+    x[13] = 0.0
+    y = run(_model(b, s, k, n, bs, "float32", zp), x)
+    assert np.isnan(y[1]).all() and np.isnan(y[6]).all()
+    np.testing.assert_array_equal(y[13], np.zeros(n, np.float32))
+    ok = [i for i in range(16) if i not in (1, 6)]
+    y_ref, mag = reference.matmul_int4_ref(x[ok], b, s, k, n, bs, zp, accuracy_level=4)
+    reference.assert_within_limit(y[ok], y_ref, mag, "float32")
+
+
 def test_large_m_and_threads(rng):
     # 300 rows: many 4-row groups, and more output columns than one parallel task.
     case(rng, k=384, n=300, bs=128, dtype="float32", symmetric=True, with_bias=True, lead=(300,))

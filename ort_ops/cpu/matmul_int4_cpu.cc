@@ -129,10 +129,19 @@ class MatMulInt4Cpu final : public Kernel {
   }
 
   // accuracy_level 4 (cpu/int8_activations.h): X to int8 per row and block, then integer dot
-  // products per block, at every M (the kernel shares each decoded chunk between 4 rows of X).
+  // products per block, at every M (lane-parallel tiles at small M, a GEMM whose lanes are output
+  // columns from M = 8 / 12: int8_activations_unit.inc).
   void ComputeInt8(OrtKernelContext* ctx, const MatMulInt4Problem& p) {
     if (p.m == 0) return;
     thread_local Int8Activations xq;  // reused between calls: no allocation per token at M = 1
+    // ... but not kept after a large call (a prefill of M x K codes), which allocates little
+    // against its work: a thread would otherwise hold its largest M x K bytes for good.
+    struct Release {
+      Int8Activations& x;
+      ~Release() {
+        if (x.codes.capacity() > kKeepInt8Bytes) x = Int8Activations{};
+      }
+    } release{xq};
     QuantizeActivationsInt8(static_cast<const T*>(p.x), p.m, attrs_.k, attrs_.block_size, &xq);
     Int4Int8Params ip;
     ip.x = &xq;
@@ -147,6 +156,7 @@ class MatMulInt4Cpu final : public Kernel {
         BiasStore(p));
   }
 
+  static constexpr size_t kKeepInt8Bytes = size_t{1} << 20;  // e.g. 256 rows of K = 4096
   static constexpr ScaleType kScaleType = std::is_same_v<T, float>  ? ScaleType::kFloat32
                                           : std::is_same_v<T, Half> ? ScaleType::kFloat16
                                                                     : ScaleType::kBFloat16;

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import shlex
 import sys
@@ -44,6 +45,11 @@ def main() -> int:
     ap.add_argument("--results", required=True, help="write <path>.md and <path>.json")
     ap.add_argument("--title", default="")
     ap.add_argument(
+        "--calib-seqs",
+        type=int,
+        help="calibration sequences (causal LM; default: the recipe's eval_settings calib_seqs)",
+    )
+    ap.add_argument(
         "--float-from", help="take the float model's score from this results .json (same model and data)"
     )
     ap.add_argument(
@@ -58,6 +64,12 @@ def main() -> int:
     )
     torch.manual_seed(0)
     recipe = get_recipe(args.model)
+    if args.calib_seqs is not None:
+        if "calib_seqs" not in recipe.eval_settings or args.calib_seqs < 1:
+            ap.error("--calib-seqs needs a causal-LM recipe and a positive count")
+        recipe = dataclasses.replace(
+            recipe, eval_settings={**recipe.eval_settings, "calib_seqs": args.calib_seqs}
+        )
     float_model, tok = recipe.load()
     task = _Task(recipe, tok, quick=False, progress=True)
     results: list[EvalResult] = []

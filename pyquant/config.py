@@ -173,6 +173,13 @@ class QuantizeConfig:
     by simulated FP8 output error) applied by ``pyquant.quantize`` before quantizing, folded into the
     float model (``pyquant.smooth``; needs calibration data). Only groups feeding an FP8 layer are
     smoothed.
+
+    sequential: False -> every layer's calibration statistics (GPTQ's Hessian, static FP8 ranges, ...)
+    come from one pass of the float model. True -> GPTQ's sequential mode: the layers are quantized
+    in groups (layers reading the same input tensor, e.g. q/k/v), in the order the forward pass calls
+    them, and each group's statistics come from a pass over the calibration data with every earlier
+    group already quantized, so a layer is fitted to the inputs it will see in the quantized model.
+    About (groups / 2) forward passes over the calibration data (each pass stops after its group).
     """
 
     default: LayerConfig = field(default_factory=Int4Config)
@@ -181,8 +188,11 @@ class QuantizeConfig:
     overrides: Mapping[str, LayerConfig] = field(default_factory=dict)
     filter: LayerFilter | None = None
     smoothing: float | str | None = None
+    sequential: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.sequential, bool):
+            raise ValueError(f"QuantizeConfig.sequential must be a bool, got {self.sequential!r}")
         sm = self.smoothing
         if sm is not None and sm != "auto":
             if isinstance(sm, bool) or not isinstance(sm, (int, float)) or not 0.0 <= sm <= 1.0:
@@ -220,6 +230,7 @@ class QuantizeConfig:
             "exclude": list(self.exclude),
             "overrides": {k: _layer_to_dict(v) for k, v in self.overrides.items()},
             "smoothing": self.smoothing,
+            "sequential": self.sequential,
         }
 
 
@@ -247,6 +258,7 @@ def config_from_dict(d: Mapping[str, Any]) -> QuantizeConfig:
         exclude=tuple(d.get("exclude", ())),
         overrides={k: _layer_from_dict(v) for k, v in d.get("overrides", {}).items()},
         smoothing=d.get("smoothing"),
+        sequential=d.get("sequential", False),
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import torch
 import torch.nn as nn
 
 from pyquant.algorithms import CalibrationStats, Fp8Packed, Int4Packed, get_weight_quantizer
+from pyquant.block_cache import BlockCache
 from pyquant.calibration import AbsDistribution, clip_from_stats
 from pyquant.config import (
     Fp8Config,
@@ -82,13 +84,12 @@ def _parent_and_attr(model: nn.Module, name: str) -> tuple[nn.Module, str]:
     return (model.get_submodule(parent_name) if parent_name else model), attr
 
 
-def _call_model(model: nn.Module, batch: Any) -> None:
+def _call_model(model: nn.Module, batch: Any) -> Any:
     if isinstance(batch, dict):
-        model(**batch)
-    elif isinstance(batch, (tuple, list)):
-        model(*batch)
-    else:
-        model(batch)
+        return model(**batch)
+    if isinstance(batch, (tuple, list)):
+        return model(*batch)
+    return model(batch)
 
 
 def _collect_stats(
@@ -98,7 +99,12 @@ def _collect_stats(
     calibration_data: Iterable[Any],
     forward_fn: Callable[[nn.Module, Any], Any] | None,
     progress: bool,
+    stop_at: nn.Module | None = None,
+    around_batch: Callable[[int], AbstractContextManager[Any]] | None = None,
 ) -> dict[str, CalibrationStats]:
+    """Calibration statistics of ``layers`` over the batches. ``stop_at``: a module whose call ends
+    each pass (after the hooks above have seen its input): nothing past it is needed.
+    ``around_batch(i)``: a context the pass of batch i runs in (blocks replayed, see BlockCache)."""
     stats = {name: CalibrationStats() for name in needs}
     sums: dict[str, torch.Tensor] = {}
 
@@ -124,6 +130,8 @@ def _collect_stats(
         return hook
 
     handles = [layers[n].register_forward_pre_hook(hook_for(n)) for n in needs]
+    if stop_at is not None:  # registered last: pre-hooks run in registration order
+        handles.append(stop_at.register_forward_pre_hook(_stop_forward))
     try:
         it = calibration_data
         if progress:
@@ -131,8 +139,12 @@ def _collect_stats(
 
             it = tqdm(calibration_data, desc="calibrating", unit="batch")
         with torch.no_grad():
-            for batch in it:
-                (forward_fn or _call_model)(model, batch)
+            for i, batch in enumerate(it):
+                try:
+                    with around_batch(i) if around_batch else nullcontext():
+                        (forward_fn or _call_model)(model, batch)
+                except _StopForward:
+                    pass
     finally:
         for h in handles:
             h.remove()
@@ -142,6 +154,160 @@ def _collect_stats(
         if name in sums:
             st.abs_mean = sums[name] / st.n_tokens
     return stats
+
+
+class _StopForward(Exception):
+    """Ends a calibration pass early (raised by a hook once the layers it needs have run)."""
+
+
+def _stop_forward(module: nn.Module, args: tuple) -> None:
+    raise _StopForward
+
+
+def _forward_groups(
+    model: nn.Module,
+    layers: dict[str, nn.Linear],
+    batch: Any,
+    forward_fn: Callable[[nn.Module, Any], Any] | None,
+) -> tuple[list[list[str]], bool, Any]:
+    """-> (layer names in groups, in the order one forward pass of ``batch`` first calls them;
+    whether every called layer was called exactly once; the model's output). Consecutive calls on
+    the same input tensor (q/k/v on the normed hidden states, gate/up on the MLP input) share a
+    group. Layers the pass never calls form a last group."""
+    order: list[list[str]] = []
+    calls: dict[str, int] = {}
+    last_input: list[Any] = [None]  # only the previous call's input is kept alive
+
+    def hook_for(name: str):  # noqa: ANN202
+        def hook(mod: nn.Module, args: tuple) -> None:
+            calls[name] = calls.get(name, 0) + 1
+            if calls[name] > 1:
+                return
+            x = args[0] if args else None
+            if order and x is not None and x is last_input[0]:
+                order[-1].append(name)
+            else:
+                order.append([name])
+            last_input[0] = x
+
+        return hook
+
+    handles = [m.register_forward_pre_hook(hook_for(n)) for n, m in layers.items()]
+    try:
+        with torch.no_grad():
+            out = (forward_fn or _call_model)(model, batch)
+    finally:
+        for h in handles:
+            h.remove()
+    last_input[0] = None
+    unseen = [n for n in layers if n not in calls]
+    return order + ([unseen] if unseen else []), all(c == 1 for c in calls.values()), out
+
+
+def _quantize_sequential(
+    model: nn.Module,
+    chosen: dict[str, tuple[nn.Linear, Int4Config | Fp8Config]],
+    needs: dict[str, frozenset[str]],
+    calibration_data: Iterable[Any],
+    forward_fn: Callable[[nn.Module, Any], Any] | None,
+    progress: bool,
+    summary: QuantizeSummary,
+) -> None:
+    """QuantizeConfig(sequential=True): groups in call order, each calibrated on the model with the
+    groups before it quantized.
+
+    Cost: a group's pass stops after the group's last layer (when every layer runs once per
+    forward), and where the model has a stack of blocks (transformer layers) that replays, the blocks
+    before the group's block return their recorded outputs (of the quantized blocks, see BlockCache)
+    instead of running again. So each block runs about (its groups + 1) times over the calibration
+    data, instead of every group re-running the whole model before it."""
+    batches = list(calibration_data)
+    if not batches:
+        raise ValueError("calibration_data is empty: sequential quantization needs at least one batch")
+    fwd = forward_fn or _call_model
+    cache = BlockCache(model, list(chosen))
+    with cache.record(0):
+        groups, once, reference = _forward_groups(
+            model, {n: m for n, (m, _) in chosen.items()}, batches[0], forward_fn
+        )
+    with torch.no_grad():
+        replay = cache.replays(0, lambda: fwd(model, batches[0]), reference)
+    # Block index per group (-1: before the stack, len(blocks): after it); replay needs them in order.
+    where: list[int] = []
+    for g in groups:
+        b = cache.block_of.get(g[0])
+        where.append(b if b is not None else (len(cache.blocks) if any(w >= 0 for w in where) else -1))
+    if replay and where != sorted(where):
+        log.info("pyquant: layers outside the stack of blocks run between its blocks; no block replay")
+        replay = False
+    done = 0  # blocks 0..done-1 have recorded (quantized) outputs for every batch
+
+    it: Iterable[tuple[list[str], int]] = zip(groups, where, strict=True)
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(list(it), desc="quantizing (sequential)", unit="group")
+    for group, b in it:
+        start = max(b, 0) if replay else 0
+        with torch.no_grad():
+            for j in range(done, start):  # the blocks before this group are final: record them
+                for i, batch in enumerate(batches):
+                    cache.record_block(i, j, lambda batch=batch: fwd(model, batch))
+        done = max(done, start)
+        group_needs = {n: needs[n] for n in group if n in needs}
+        stats: dict[str, CalibrationStats] = {}
+        if group_needs:
+            stats = _collect_stats(
+                model,
+                {n: chosen[n][0] for n in group_needs},
+                group_needs,
+                batches,
+                forward_fn,
+                progress=False,
+                stop_at=chosen[group[-1]][0] if once else None,
+                around_batch=(lambda i, start=start: cache.skip(i, start)) if replay else None,
+            )
+        for name in group:
+            _replace_layer(model, name, *chosen[name], stats.get(name), summary)
+
+
+def _replace_layer(
+    model: nn.Module,
+    name: str,
+    mod: nn.Linear,
+    cfg: Int4Config | Fp8Config,
+    st: CalibrationStats | None,
+    summary: QuantizeSummary,
+) -> None:
+    """Quantize one float layer with its config's algorithm and put the quantized module in its place."""
+    fn, _ = get_weight_quantizer(cfg.scheme, cfg.algorithm)
+    with torch.no_grad():
+        packed = fn(mod.weight.detach().float(), cfg, st)
+    dev = mod.weight.device
+    if isinstance(cfg, Int4Config):
+        if not isinstance(packed, Int4Packed):
+            raise ValueError(
+                f"int4 quantizer {cfg.algorithm!r} returned {type(packed).__name__} for {name!r}"
+            )
+        packed = Int4Packed(
+            *(None if t is None else t.to(dev) for t in (packed.qweight, packed.scales, packed.zero_points))
+        )
+        new: nn.Module = Int4Linear.from_packed(mod, packed, cfg, name)
+    else:
+        if not isinstance(packed, Fp8Packed):
+            raise ValueError(f"fp8 quantizer {cfg.algorithm!r} returned {type(packed).__name__} for {name!r}")
+        packed = Fp8Packed(packed.weight.to(dev), packed.w_scale.to(dev))
+        clip = None
+        if st is not None and st.amax is not None:
+            clip = clip_from_stats(cfg.calibration, st.amax, st.abs_dist, cfg.percentile)
+        new = Fp8Linear.from_packed(mod, packed, cfg, name, input_amax=clip)
+    parent, attr = _parent_and_attr(model, name)
+    setattr(parent, attr, new)
+    summary.quantized[name] = cfg
+    summary.float_bytes += mod.weight.numel() * mod.weight.element_size()
+    summary.packed_bytes += new.packed_nbytes() - (
+        0 if mod.bias is None else mod.bias.numel() * mod.bias.element_size()
+    )
 
 
 def calibration_needs(cfg: Int4Config | Fp8Config) -> frozenset[str]:
@@ -249,58 +415,27 @@ def quantize(
         kinds = calibration_needs(cfg)
         if kinds:
             needs[name] = kinds
-    stats: dict[str, CalibrationStats] = {}
-    if needs:
-        if calibration_data is None:
-            first = next(iter(needs))
-            raise ValueError(
-                f"layer {first!r} (and {len(needs) - 1} more) need calibration statistics "
-                f"{sorted(needs[first])}: pass calibration_data to pyquant.quantize"
-            )
-        stats = _collect_stats(
-            model, {n: chosen[n][0] for n in needs}, needs, calibration_data, forward_fn, progress
+    if needs and calibration_data is None:
+        first = next(iter(needs))
+        raise ValueError(
+            f"layer {first!r} (and {len(needs) - 1} more) need calibration statistics "
+            f"{sorted(needs[first])}: pass calibration_data to pyquant.quantize"
         )
-
-    items = chosen.items()
-    if progress:
-        from tqdm.auto import tqdm
-
-        items = tqdm(list(items), desc="quantizing", unit="layer")
-    for name, (mod, cfg) in items:
-        fn, _ = get_weight_quantizer(cfg.scheme, cfg.algorithm)
-        st = stats.get(name)
-        with torch.no_grad():
-            packed = fn(mod.weight.detach().float(), cfg, st)
-        dev = mod.weight.device
-        if isinstance(cfg, Int4Config):
-            if not isinstance(packed, Int4Packed):
-                raise ValueError(
-                    f"int4 quantizer {cfg.algorithm!r} returned {type(packed).__name__} for {name!r}"
-                )
-            packed = Int4Packed(
-                *(
-                    None if t is None else t.to(dev)
-                    for t in (packed.qweight, packed.scales, packed.zero_points)
-                )
+    if needs and qcfg.sequential:
+        _quantize_sequential(model, chosen, needs, calibration_data, forward_fn, progress, summary)
+    else:
+        stats: dict[str, CalibrationStats] = {}
+        if needs:
+            stats = _collect_stats(
+                model, {n: chosen[n][0] for n in needs}, needs, calibration_data, forward_fn, progress
             )
-            new: nn.Module = Int4Linear.from_packed(mod, packed, cfg, name)
-        else:
-            if not isinstance(packed, Fp8Packed):
-                raise ValueError(
-                    f"fp8 quantizer {cfg.algorithm!r} returned {type(packed).__name__} for {name!r}"
-                )
-            packed = Fp8Packed(packed.weight.to(dev), packed.w_scale.to(dev))
-            clip = None
-            if st is not None and st.amax is not None:
-                clip = clip_from_stats(cfg.calibration, st.amax, st.abs_dist, cfg.percentile)
-            new = Fp8Linear.from_packed(mod, packed, cfg, name, input_amax=clip)
-        parent, attr = _parent_and_attr(model, name)
-        setattr(parent, attr, new)
-        summary.quantized[name] = cfg
-        summary.float_bytes += mod.weight.numel() * mod.weight.element_size()
-        summary.packed_bytes += new.packed_nbytes() - (
-            0 if mod.bias is None else mod.bias.numel() * mod.bias.element_size()
-        )
+        items = chosen.items()
+        if progress:
+            from tqdm.auto import tqdm
+
+            items = tqdm(list(items), desc="quantizing", unit="layer")
+        for name, (mod, cfg) in items:
+            _replace_layer(model, name, mod, cfg, stats.get(name), summary)
     prev = getattr(model, "pyquant_summary", None)
     if isinstance(prev, QuantizeSummary):  # quantizing in several passes: merge
         prev.quantized.update(summary.quantized)

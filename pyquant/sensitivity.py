@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 import torch.nn as nn
 
+from pyquant.block_cache import BlockCache
 from pyquant.config import (
     Fp8Config,
     Int4Config,
@@ -189,85 +189,6 @@ def _set_module(model: nn.Module, name: str, mod: nn.Module) -> None:
     setattr(model.get_submodule(parent_name) if parent_name else model, attr, mod)
 
 
-# --- reuse of the float outputs of the blocks before a layer --------------------------------------------
-
-
-class _BlockCache:
-    """Caches, per calibration batch, the float output of every block of the model's largest stack of
-    blocks (an nn.ModuleList holding the layers); ``skip(batch, b)`` makes blocks 0..b-1 return their
-    cached output instead of computing it. Valid because in a sensitivity run only one layer is
-    quantized, so everything before its block is float. Disabled (with a log line) when the blocks are
-    not each called exactly once per forward or when replaying the cache does not reproduce the float
-    output."""
-
-    def __init__(self, model: nn.Module, layers: Sequence[str]) -> None:
-        self.blocks: list[nn.Module] = []
-        self.block_of: dict[str, int] = {}
-        best: tuple[int, str, nn.ModuleList] | None = None
-        for name, mod in model.named_modules():
-            if isinstance(mod, nn.ModuleList) and len(mod) >= 2:
-                inside = sum(1 for n in layers if n.startswith(name + "."))
-                if inside and (best is None or inside > best[0]):
-                    best = (inside, name, mod)
-        if best is None:
-            return
-        _, prefix, ml = best
-        self.blocks = list(ml)
-        for n in layers:
-            if n.startswith(prefix + "."):
-                self.block_of[n] = int(n[len(prefix) + 1 :].split(".")[0])
-        self.outputs: dict[int, list[Any]] = {}
-        self.enabled = True
-
-    @contextmanager
-    def record(self, batch: int) -> Iterator[None]:
-        if not self.blocks:
-            yield
-            return
-        got: list[Any] = [None] * len(self.blocks)
-        calls = [0] * len(self.blocks)
-
-        def hook_for(j: int):  # noqa: ANN202
-            def hook(mod: nn.Module, args: Any, out: Any) -> None:
-                got[j] = out
-                calls[j] += 1
-
-            return hook
-
-        handles = [b.register_forward_hook(hook_for(j)) for j, b in enumerate(self.blocks)]
-        try:
-            yield
-        finally:
-            for h in handles:
-                h.remove()
-        if any(c != 1 for c in calls):
-            log.info("pyquant planner: blocks are not called once per forward; no block output reuse")
-            self.blocks = []
-        self.outputs[batch] = got
-
-    @contextmanager
-    def skip(self, batch: int, upto: int) -> Iterator[None]:
-        if not self.blocks or upto <= 0:
-            yield
-            return
-        saved = []
-        for j in range(upto):
-            blk, out = self.blocks[j], self.outputs[batch][j]
-            saved.append((blk, blk.__dict__.get("forward")))
-            blk.forward = lambda *a, _o=out, **k: _o  # instance attribute shadows the class method
-        try:
-            yield
-        finally:
-            for blk, old in saved:
-                if old is None:
-                    del blk.forward
-                else:
-                    blk.forward = old
-
-    def block(self, layer: str) -> int:
-        return self.block_of.get(layer, 0) if self.blocks else 0
-
-
 # --- sensitivity -------------------------------------------------------------------------------------------
 
 
@@ -397,7 +318,7 @@ def measure_sensitivity(
         return sens
 
     batches = list(batches)
-    cache = _BlockCache(model, layers) if reuse_blocks else _BlockCache(nn.Module(), [])
+    cache = BlockCache(model, layers) if reuse_blocks else BlockCache(nn.Module(), [])
     refs: list[torch.Tensor] = []
     with torch.inference_mode():
         for i, b in enumerate(batches):

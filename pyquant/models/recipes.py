@@ -17,10 +17,12 @@ Scheme names (``ModelRecipe.quantize_config(scheme)``):
   ...-mse                    INT4 per-block clipping (scale) search, no calibration, e.g. int4-b128-mse
   ...-awq[-gptq]             INT4 AWQ activation-aware scaling folded into the preceding norm / linear
                              (calibration data), then the clipping search (-awq) or GPTQ (-awq-gptq)
+  ...-seq                    sequential calibration (QuantizeConfig.sequential): each layer group's statistics
+                             are taken with the groups before it already quantized, e.g. int4-b128-gptq-seq
   ...-sq<alpha> / -sqauto    SmoothQuant-style smoothing folded into the float model before quantizing
                              (pyquant.smooth), e.g. fp8-sq0.3, fp8-channel-gptq-sqauto; -sqnone: no smoothing
 
-Suffix order: <format>[-a8][-mlp][-awq][-gptq|-mse][-act][-sq...], e.g. int4-b64-asym-a8-mlp-awq-gptq.
+Suffix order: <format>[-a8][-mlp][-awq][-gptq|-mse][-act][-seq][-sq...], e.g. int4-b64-asym-a8-mlp-awq-gptq.
 """
 
 from __future__ import annotations
@@ -120,28 +122,28 @@ class ModelRecipe:
 
     def quantize_config(self, scheme: str) -> QuantizeConfig | None:
         m = re.fullmatch(
-            r"(.*?)(-awq)?(-gptq|-mse)?(-act)?(?:-sq(auto|none|\d*\.?\d+))?", scheme.strip().lower()
+            r"(.*?)(-awq)?(-gptq|-mse)?(-act)?(-seq)?(?:-sq(auto|none|\d*\.?\d+))?", scheme.strip().lower()
         )
         assert m is not None
-        base, awq, algo, act, sq = m.group(1), m.group(2), m.group(3), m.group(4), m.group(5)
+        base, awq, algo, act, seq, sq = (m.group(i) for i in range(1, 7))
         include: tuple[str, ...] = ("*",)
         if base.endswith("-mlp"):
             if not self.mlp_layers:
                 raise ValueError(f"scheme {scheme!r}: recipe {self.name!r} defines no MLP layers for -mlp")
             base, include = base[: -len("-mlp")], self.mlp_layers
         if re.search(rf"{_A8}(?=-|$)", scheme.strip().lower()) and (
-            not base.endswith(_A8) or re.search(r"-(mlp|awq|gptq|mse|act|sq[^-]*)(?=-|$)", base)
+            not base.endswith(_A8) or re.search(r"-(mlp|awq|gptq|mse|act|seq|sq[^-]*)(?=-|$)", base)
         ):
             raise ValueError(
                 f"scheme {scheme!r}: -a8 goes right after the INT4 format, before -mlp and the algorithm "
-                "suffixes: int4[-b<bs>][-asym][-a8][-mlp][-awq][-gptq|-mse][-act][-sq...], "
+                "suffixes: int4[-b<bs>][-asym][-a8][-mlp][-awq][-gptq|-mse][-act][-seq][-sq...], "
                 "e.g. int4-b64-a8-gptq"
             )
         cfg = parse_scheme(base, self.schemes)
         if cfg is None:
-            if awq or algo or act or sq:
+            if awq or algo or act or seq or sq:
                 raise ValueError(
-                    f"scheme {scheme!r}: -awq / -gptq / -mse / -act / -sq need a quantized scheme"
+                    f"scheme {scheme!r}: -awq / -gptq / -mse / -act / -seq / -sq need a quantized scheme"
                 )
             return None
         if act and algo != "-gptq":
@@ -159,7 +161,13 @@ class ModelRecipe:
         smoothing: float | str | None = self.smoothing.get(base)
         if sq is not None:
             smoothing = None if sq == "none" else sq if sq == "auto" else float(sq)
-        return QuantizeConfig(default=cfg, include=include, exclude=self.keep_float, smoothing=smoothing)
+        return QuantizeConfig(
+            default=cfg,
+            include=include,
+            exclude=self.keep_float,
+            smoothing=smoothing,
+            sequential=bool(seq),
+        )
 
     def load(self) -> tuple[nn.Module, Any]:
         """-> (float32 HF model in eval mode, tokenizer)."""

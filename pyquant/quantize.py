@@ -107,6 +107,9 @@ def _collect_stats(
     ``around_batch(i)``: a context the pass of batch i runs in (blocks replayed, see BlockCache)."""
     stats = {name: CalibrationStats() for name in needs}
     sums: dict[str, torch.Tensor] = {}
+    # Layers called one after another on the same input tensor (q/k/v, gate/up) share its x^T x,
+    # the costliest statistic (2 T K^2 flops per layer and batch).
+    last_xtx: list[Any] = [None, None]  # [input tensor, its x^T x]
 
     def hook_for(name: str):  # noqa: ANN202
         kinds = needs[name]
@@ -121,7 +124,9 @@ def _collect_stats(
             if "abs_mean" in kinds:
                 sums[name] = sums.get(name, 0) + x.abs().sum(0)
             if "hessian" in kinds:
-                st.hessian = (0 if st.hessian is None else st.hessian) + x.t() @ x
+                if args[0] is not last_xtx[0]:
+                    last_xtx[:] = [args[0], x.t() @ x]
+                st.hessian = (0 if st.hessian is None else st.hessian) + last_xtx[1]
             if "abs_dist" in kinds:
                 if st.abs_dist is None:
                     st.abs_dist = AbsDistribution()
@@ -146,6 +151,7 @@ def _collect_stats(
                 except _StopForward:
                     pass
     finally:
+        last_xtx[:] = [None, None]
         for h in handles:
             h.remove()
     for name, st in stats.items():

@@ -279,3 +279,18 @@ def test_sequential_on_a_stack_that_does_not_chain(monkeypatch) -> None:
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-3)
     x = batches[0]
     torch.testing.assert_close(model(x), ref_model(x))
+
+
+@pytest.mark.parametrize("sequential", [True, False])
+def test_layers_on_one_input_share_its_hessian(sequential: bool) -> None:
+    torch.manual_seed(0)
+    model = SharedInput()
+    q, k, o = model.q, model.k, model.o
+    batches = _batches()
+    _RECORDED.clear()
+    quantize(model, QuantizeConfig(default=CFG, sequential=sequential), calibration_data=batches)
+    want = sum(torch.tanh(x).t() @ torch.tanh(x) for x in batches)
+    for layer in (q, k):
+        torch.testing.assert_close(_recorded_for(layer).hessian, want, rtol=1e-5, atol=1e-3)
+    assert _recorded_for(q).hessian is not _recorded_for(k).hessian
+    assert not torch.allclose(_recorded_for(o).hessian, want, atol=1.0)

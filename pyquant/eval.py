@@ -75,9 +75,8 @@ class _Task:
         if recipe.metric == "perplexity":
             n = 2 if quick else s["n_seqs"]
             self.ids = data.wiki_token_sequences(tokenizer, n, s["seq_len"])
-            self.calib = data.wiki_token_sequences(
-                tokenizer, s["calib_seqs"], s["seq_len"], offset_seqs=s["n_seqs"]
-            )
+            n_cal = min(4, s["calib_seqs"]) if quick else s["calib_seqs"]
+            self.calib = data.wiki_token_sequences(tokenizer, n_cal, s["seq_len"], offset_seqs=s["n_seqs"])
             self.name = f"wiki perplexity ({n}x{s['seq_len']} tokens)"
         else:
             mpc = 20 if quick else s.get("max_per_class")

@@ -496,6 +496,23 @@ def causal_proxy_batches(calib: Any, seq: int, n_tokens: int) -> list[torch.Tens
     return [chunks[i : i + 1] for i in range(len(chunks))]
 
 
+def causal_proxy_and_fit_batches(
+    calib: Any, seq: int, n_tokens: int, batch_size: int
+) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+    """(proxy batches, fit batches or None) for the planner on a causal LM: the proxy is measured on
+    the last calibration rows (as many as ``n_tokens`` needs, see causal_proxy_batches) and
+    calibrated candidates (GPTQ, static FP8) are fitted on the other rows, in batches of
+    ``batch_size`` rows: out of sample, and GPTQ sees nearly the data of the final quantization (a
+    few hundred tokens overfit its Hessians). None (two-fold cross-fitting on the proxy batches)
+    when there is no row left to fit on."""
+    ids = torch.as_tensor(calib)
+    n_proxy = min(len(ids), max(1, -(-n_tokens // ids.shape[1])))
+    proxy = causal_proxy_batches(ids[len(ids) - n_proxy :], seq, n_tokens)
+    n_fit = len(ids) - n_proxy
+    fit = [ids[i : min(i + batch_size, n_fit)] for i in range(0, n_fit, batch_size)] if n_fit else None
+    return proxy, fit
+
+
 def plan_model(
     model: str = "smollm2",
     budget: float | str = 0.01,
@@ -514,12 +531,13 @@ def plan_model(
 ) -> Any:
     """Sensitivity + plan + verification for a recipe model (``pyquant plan``); returns the Plan.
 
-    Proxy: next-token KL on the recipe's calibration text (causal LM; ``proxy_tokens`` tokens in
-    sequences of 128, default 256) or 1 - cosine of the mean-pooled embeddings of the calibration
-    texts (encoder). The budget applies to the recipe metric: relative perplexity increase (causal
-    LM), or for encoders the larger of the relative accuracy drop and 1 - mean cosine of the
-    embeddings against float (accuracy on 120 documents moves in steps of 0.8 %, the cosine is the
-    smooth, stricter part). Verified in torch eager during the search, then in ONNX Runtime
+    Proxy: next-token KL on the recipe's last calibration sequence (causal LM; ``proxy_tokens``
+    tokens in sequences of 128, default 256; calibrated candidates fitted on the other sequences)
+    or 1 - cosine of the mean-pooled embeddings of the calibration texts (encoder). The budget
+    applies to the recipe metric: relative perplexity increase (causal LM), or for encoders the
+    larger of the relative accuracy drop and 1 - mean cosine of the embeddings against float
+    (accuracy on 120 documents moves in steps of 0.8 %, the cosine is the smooth, stricter part).
+    Verified in torch eager during the search, then in ONNX Runtime
     (the exported model) unless ``verify_ort`` is False.
     """
     import pyquant
@@ -545,10 +563,13 @@ def plan_model(
         and not any(fnmatch.fnmatchcase(n, p) for p in recipe.keep_float)
     ]
 
+    fit_batches: list[Any] | None = None
     if causal:
         seq = 128 if not quick else 64
         n_tok = proxy_tokens or (256 if not quick else 128)
-        batches: list[Any] = causal_proxy_batches(task.calib, seq, n_tok)
+        batches, fit_batches = causal_proxy_and_fit_batches(
+            task.calib, seq, n_tok, recipe.eval_settings["batch_size"]
+        )
 
         def output_fn(m: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
             return m(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits
@@ -573,7 +594,15 @@ def plan_model(
             log.warning("pyquant plan: %s is for other layers; not reused", cache)
             known = None
     sens = measure_sensitivity(
-        float_model, cands, batches, output_fn, proxy=proxy, layers=layers, known=known, progress=progress
+        float_model,
+        cands,
+        batches,
+        output_fn,
+        proxy=proxy,
+        layers=layers,
+        known=known,
+        fit_batches=fit_batches,
+        progress=progress,
     )
     if cache is not None:
         cache.write_text(json.dumps({"model": recipe.name, "sensitivity": sens.to_dict()}, indent=1) + "\n")

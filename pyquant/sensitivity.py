@@ -153,6 +153,38 @@ def _quantize_one(
     model.__dict__.pop("pyquant_summary", None)
 
 
+def _quantize_with_stats(model: nn.Module, name: str, cfg: Int4Config | Fp8Config, stats: Any) -> None:
+    """Swap layer ``name`` for its quantization with ``cfg`` fitted to given statistics."""
+    from pyquant.quantize import QuantizeSummary, _replace_layer
+
+    _replace_layer(model, name, model.get_submodule(name), cfg, stats, QuantizeSummary())
+
+
+def _fit_statistics(
+    model: nn.Module,
+    modules: Mapping[str, nn.Module],
+    todo: Sequence[tuple[str, Candidate]],
+    fit_batches: list[Any],
+    output_fn: OutputFn,
+    progress: bool,
+) -> dict[str, Any]:
+    """Calibration statistics of the float model's layer inputs on the fit set, for every layer
+    with a calibrated candidate to measure (the union of what its candidates need)."""
+    from pyquant.quantize import _collect_stats, calibration_needs
+
+    needs: dict[str, frozenset[str]] = {}
+    for n, c in todo:
+        if _calibrates(c.config):
+            needs[n] = needs.get(n, frozenset()) | calibration_needs(c.config)
+    if not needs:
+        return {}
+    if not fit_batches:
+        raise ValueError("fit_batches is empty")
+    return _collect_stats(
+        model, {n: modules[n] for n in needs}, needs, fit_batches, lambda m, b: output_fn(m, b), progress
+    )
+
+
 def _calibrates(cfg: LayerConfig) -> bool:
     """Whether quantizing with ``cfg`` fits anything to the calibration data."""
     from pyquant.quantize import calibration_needs
@@ -205,6 +237,11 @@ class Sensitivity:
     skipped: dict[str, dict[str, str]] = field(default_factory=dict)  # layer -> candidate -> reason
     tokens: int = 0
     seconds: float = 0.0
+    # How calibrated candidates were fitted: "folds" (cross-fitted over the proxy batches) or
+    # "fit set" (statistics of separate fit batches, fit_tokens of them). A ``known`` result's values
+    # for calibrated candidates are reused only where it was fitted the same way.
+    fit: str = "folds"
+    fit_tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -216,6 +253,8 @@ class Sensitivity:
             "skipped": self.skipped,
             "tokens": self.tokens,
             "seconds": self.seconds,
+            "fit": self.fit,
+            "fit_tokens": self.fit_tokens,
         }
 
     @classmethod
@@ -229,6 +268,8 @@ class Sensitivity:
             skipped={k: dict(v) for k, v in d.get("skipped", {}).items()},
             tokens=int(d.get("tokens", 0)),
             seconds=float(d.get("seconds", 0.0)),
+            fit=str(d.get("fit", "folds")),
+            fit_tokens=int(d.get("fit_tokens", 0)),
         )
 
 
@@ -265,6 +306,7 @@ def measure_sensitivity(
     layers: Sequence[str] | None = None,
     known: Sensitivity | None = None,
     reuse_blocks: bool = True,
+    fit_batches: Sequence[Any] | None = None,
     progress: bool = True,
 ) -> Sensitivity:
     """Proxy cost of quantizing each layer alone with each candidate (see the module docstring).
@@ -276,6 +318,11 @@ def measure_sensitivity(
     The model is left as it was (float); candidates that need calibration statistics (static FP8,
     GPTQ-style algorithms) are fitted on one half of ``batches`` and measured on the other, both ways
     round (two folds; in sample with a single batch).
+    fit_batches: instead, fit those candidates on these batches (disjoint from ``batches``, passed to
+    ``output_fn`` too) and measure them on all of ``batches``. The statistics of every layer's input
+    are collected in one pass of the float model: with one layer quantized, every layer's input is
+    the float model's. A large fit set is what GPTQ needs (its Hessian over K inputs overfits a few
+    hundred tokens), and it costs one pass instead of a fit per layer and candidate.
     """
     if proxy not in ("kl", "cosine", "mse"):
         raise ValueError(f"unknown proxy {proxy!r}: use 'kl', 'cosine' or 'mse'")
@@ -291,7 +338,7 @@ def measure_sensitivity(
         if not isinstance(modules.get(n), nn.Linear) or isinstance(modules.get(n), QuantizedLinear):
             raise ValueError(f"layer {n!r} is not a float nn.Linear of this model")
     t0 = time.perf_counter()
-    sens = Sensitivity(proxy, cands, {}, {}, {})
+    sens = Sensitivity(proxy, cands, {}, {}, {}, fit="folds" if fit_batches is None else "fit set")
     todo: list[tuple[str, Candidate]] = []
     for n in layers:
         lin = modules[n]
@@ -308,6 +355,8 @@ def measure_sensitivity(
                 sens.proxy[n][c.name] = 0.0
                 continue
             old = _known_value(known, n, c, proxy)
+            if old is not None and _calibrates(c.config) and known is not None and known.fit != sens.fit:
+                old = None  # fitted another way: measure again
             if old is not None:
                 sens.proxy[n][c.name] = old
             else:
@@ -332,6 +381,11 @@ def measure_sensitivity(
                 cache.blocks = []
     sens.tokens = sum(int(r.numel() // r.shape[-1]) for r in refs)
 
+    fit_stats: dict[str, Any] = {}
+    if fit_batches is not None:
+        fit_stats = _fit_statistics(model, modules, todo, list(fit_batches), output_fn, progress)
+        sens.fit_tokens = max((st.n_tokens for st in fit_stats.values()), default=0)
+
     # Later blocks first: with reuse, they are the cheapest, so the progress bar's rate settles early.
     todo.sort(key=lambda t: -cache.block(t[0]))
     it: Any = todo
@@ -339,13 +393,19 @@ def measure_sensitivity(
         from tqdm.auto import tqdm
 
         it = tqdm(todo, desc=f"sensitivity ({proxy})", unit="layer-cand")
-    if len(batches) < 2 and any(_calibrates(c.config) for _, c in todo):
+    if fit_batches is None and len(batches) < 2 and any(_calibrates(c.config) for _, c in todo):
         log.warning("pyquant planner: one calibration batch: calibrated candidates are measured in sample")
     for n, c in it:
         lin = modules[n]
         total, count = 0.0, 0
-        for fit, measure in _folds(len(batches), c.config):
-            _quantize_one(model, n, c.config, [batches[i] for i in fit], output_fn)
+        folds = _folds(len(batches), c.config)
+        if n in fit_stats and _calibrates(c.config):
+            folds = [([], list(range(len(batches))))]
+        for fit, measure in folds:
+            if n in fit_stats and _calibrates(c.config):
+                _quantize_with_stats(model, n, c.config, fit_stats[n])
+            else:
+                _quantize_one(model, n, c.config, [batches[i] for i in fit], output_fn)
             try:
                 with torch.inference_mode():
                     for i in measure:

@@ -311,3 +311,64 @@ def test_causal_proxy_batches_allow_cross_fitting() -> None:
     assert len(causal_proxy_batches(calib, 128, 10_000)) == 6  # 2 whole sequences per row
     with pytest.raises(ValueError, match="fewer than 128 tokens"):
         causal_proxy_batches(calib[:, :100], 128, 256)
+
+
+def test_calibrated_candidates_fitted_on_a_fit_set() -> None:
+    """With fit_batches, a GPTQ candidate is fitted on them (the float model's statistics of that
+    layer's input) and measured on every proxy batch: the proxy equals a by-hand quantization of the
+    one layer through pyquant.quantize on the fit batches; uncalibrated candidates are unchanged."""
+    model = _toy()
+    gptq = Int4Config(32, algorithm="gptq")
+    name = resolve_candidates([gptq])[0].name
+    layer, fit = "blocks.0.fc2", _data(3, n=6)
+    s = measure_sensitivity(
+        model, [gptq, "int4-b32"], CALIB, _out, proxy="mse", layers=[layer], fit_batches=fit, progress=False
+    )
+    assert s.fit == "fit set" and s.fit_tokens == 6 * 2 * 8
+    q = pyquant.quantize(
+        copy.deepcopy(model),
+        QuantizeConfig(default=None, overrides={layer: gptq}),
+        calibration_data=fit,
+        forward_fn=lambda m, b: m(b),
+    )
+    with torch.no_grad():
+        errs = [((q(x) - model(x)) ** 2).sum(-1) / (model(x) ** 2).sum(-1) for x in CALIB]
+    want = float(torch.cat([e.flatten() for e in errs]).mean())
+    assert s.proxy[layer][name] == pytest.approx(want, rel=1e-4)
+    folds = measure_sensitivity(
+        model, [gptq, "int4-b32"], CALIB, _out, proxy="mse", layers=[layer], progress=False
+    )
+    assert folds.fit == "folds" and folds.proxy[layer]["int4-b32"] == s.proxy[layer]["int4-b32"]
+    assert folds.proxy[layer][name] != s.proxy[layer][name]
+    # A known result fitted the other way is measured again for calibrated candidates only.
+    again = measure_sensitivity(
+        model,
+        [gptq, "int4-b32"],
+        CALIB,
+        _out,
+        proxy="mse",
+        layers=[layer],
+        known=folds,
+        fit_batches=fit,
+        progress=False,
+    )
+    assert again.proxy[layer] == pytest.approx(s.proxy[layer], rel=1e-6)
+    back = type(s).from_dict(json.loads(json.dumps(s.to_dict())))
+    assert (back.fit, back.fit_tokens) == ("fit set", 96)
+
+
+def test_causal_proxy_and_fit_batches() -> None:
+    import numpy as np
+
+    from pyquant.eval import causal_proxy_and_fit_batches
+
+    calib = np.arange(5 * 300).reshape(5, 300)
+    proxy, fit = causal_proxy_and_fit_batches(calib, 128, 256, batch_size=2)
+    assert [b.shape for b in proxy] == [torch.Size([1, 128])] * 2
+    assert torch.equal(proxy[0][0], torch.arange(4 * 300, 4 * 300 + 128))  # the last row
+    assert [b.shape for b in fit] == [torch.Size([2, 300]), torch.Size([2, 300])]  # rows 0-3
+    assert torch.equal(torch.cat(fit), torch.as_tensor(calib[:4]))
+    proxy, fit = causal_proxy_and_fit_batches(calib, 128, 600, batch_size=3)  # needs 2 rows
+    assert len(proxy) == 4 and torch.equal(torch.cat(fit), torch.as_tensor(calib[:3]))
+    proxy, fit = causal_proxy_and_fit_batches(calib[:1], 128, 256, batch_size=2)
+    assert fit is None and len(proxy) == 2  # one row: cross-fitting on the proxy batches

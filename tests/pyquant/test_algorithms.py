@@ -243,7 +243,8 @@ def test_recipe_suffixes() -> None:
     assert r.quantize_config("int4-b64-gptq-act").default == Int4Config(64, algorithm="gptq", act_order=True)
     assert r.quantize_config("int4-b64-awq").default == Int4Config(64, algorithm="awq")
     assert r.quantize_config("int4-b64-asym-awq-gptq").default == Int4Config(64, False, "awq-gptq")
-    assert r.quantize_config("int4-mse").default == Int4Config(algorithm="mse")
+    tuned = r.schemes["int4"]  # "int4" without a block: the recipe's tuned default, algorithm replaced
+    assert r.quantize_config("int4-mse").default == Int4Config(tuned.block_size, tuned.symmetric, "mse")
     assert r.quantize_config("fp8-gptq").default.algorithm == "gptq"
     for bad, msg in [
         ("fp8-awq", "INT4 algorithms"),

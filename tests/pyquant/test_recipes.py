@@ -34,11 +34,12 @@ def test_a8_suffix_sets_int8_activations():
     tuned = {"int4": Int4Config(64, symmetric=False, clip_grid=10)}
     assert parse_scheme("int4-a8", tuned) == Int4Config(64, symmetric=False, clip_grid=10, accuracy_level=4)
     recipe = get_recipe("smollm2")
+    tuned_block = recipe.schemes["int4"].block_size  # "int4" without a block: the recipe's default
     for scheme, block, algorithm, act in [
         ("int4-b64-a8-awq", 64, "awq", False),
-        ("int4-a8-gptq", 128, "gptq", False),
+        ("int4-a8-gptq", tuned_block, "gptq", False),
         ("int4-b32-asym-a8-awq-gptq-act", 32, "awq-gptq", True),
-        ("int4-a8-mse", 128, "mse", False),
+        ("int4-a8-mse", tuned_block, "mse", False),
     ]:
         cfg = recipe.quantize_config(scheme).default
         assert (cfg.block_size, cfg.algorithm, cfg.act_order, cfg.accuracy_level) == (

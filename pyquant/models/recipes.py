@@ -243,11 +243,13 @@ SMOLLM2 = ModelRecipe(
     mlp_layers=("*.mlp.*",),
     schemes={
         # The most accurate INT4 measured on this model (session 28): block 64 with 4-bit zero points,
-        # AWQ scale migration then GPTQ on the 64 calibration sequences, +9.7 % perplexity in ONNX
-        # Runtime against +75 % / +33 % for block-128 RTN symmetric / asymmetric
-        # (bench/results/2026-11-26-cpu-s28-smollm2-calibration.md); a few minutes to quantize on 2
-        # cores instead of seconds. The planner's candidates need per-layer algorithms (-gptq), not this.
-        "int4": Int4Config(block_size=64, symmetric=False, algorithm="awq-gptq"),
+        # AWQ scale migration then GPTQ with act-order on the 64 calibration sequences, +7.6 %
+        # perplexity (+9.7 % without act-order) against +75 % / +33 % for block-128 RTN symmetric /
+        # asymmetric (bench/results/2026-11-26-cpu-s28-smollm2-calibration.md); a few minutes to
+        # quantize on 2 cores instead of seconds. Act-order changes only the rounding order (scales
+        # stay per K block, codes in K order): no run-time cost. The planner's candidates need
+        # per-layer algorithms (-gptq), not this.
+        "int4": Int4Config(block_size=64, symmetric=False, algorithm="awq-gptq", act_order=True),
         # per-channel weight scales: per-block (128 along K) measured no better on this model, because
         # e4m3's relative rounding error does not depend on the scale granularity (models/README.md)
         "fp8": Fp8Config(weight_block_size=0, activation="dynamic"),

@@ -20,9 +20,18 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-__all__ = ["BlockCache", "same_outputs"]
+__all__ = ["BlockCache", "StopForward", "stop_forward", "same_outputs"]
 
 log = logging.getLogger("pyquant")
+
+
+class StopForward(Exception):
+    """Ends a calibration pass early, raised by a hook once what the pass is for has run."""
+
+
+def stop_forward(module: nn.Module, *args: Any) -> None:
+    """A forward (pre-)hook that ends the pass (``StopForward``)."""
+    raise StopForward
 
 
 def _tensors(out: Any) -> list[torch.Tensor]:
@@ -117,18 +126,15 @@ class BlockCache:
         has returned, and keep that output as block j's (chained stacks: for blocks 0..j)."""
         got: list[Any] = []
 
-        class _Done(Exception):
-            pass
-
         def hook(mod: nn.Module, args: Any, out: Any) -> None:
             got.append(out)
-            raise _Done
+            stop_forward(mod)
 
         handle = self.blocks[j].register_forward_hook(hook)
         try:
             with self.skip(batch, j):
                 run()
-        except _Done:
+        except StopForward:
             pass
         finally:
             handle.remove()

@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 
 from pyquant.algorithms import CalibrationStats, Fp8Packed, Int4Packed, get_weight_quantizer
-from pyquant.block_cache import BlockCache
+from pyquant.block_cache import BlockCache, StopForward, stop_forward
 from pyquant.calibration import AbsDistribution, clip_from_stats
 from pyquant.config import (
     Fp8Config,
@@ -136,7 +136,7 @@ def _collect_stats(
 
     handles = [layers[n].register_forward_pre_hook(hook_for(n)) for n in needs]
     if stop_at is not None:  # registered last: pre-hooks run in registration order
-        handles.append(stop_at.register_forward_pre_hook(_stop_forward))
+        handles.append(stop_at.register_forward_pre_hook(stop_forward))
     try:
         it = calibration_data
         if progress:
@@ -148,7 +148,7 @@ def _collect_stats(
                 try:
                     with around_batch(i) if around_batch else nullcontext():
                         (forward_fn or _call_model)(model, batch)
-                except _StopForward:
+                except StopForward:
                     pass
     finally:
         last_xtx[:] = [None, None]
@@ -160,14 +160,6 @@ def _collect_stats(
         if name in sums:
             st.abs_mean = sums[name] / st.n_tokens
     return stats
-
-
-class _StopForward(Exception):
-    """Ends a calibration pass early (raised by a hook once the layers it needs have run)."""
-
-
-def _stop_forward(module: nn.Module, args: tuple) -> None:
-    raise _StopForward
 
 
 def _forward_groups(

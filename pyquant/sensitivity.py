@@ -180,9 +180,7 @@ def _fit_statistics(
         return {}
     if not fit_batches:
         raise ValueError("fit_batches is empty")
-    return _collect_stats(
-        model, {n: modules[n] for n in needs}, needs, fit_batches, lambda m, b: output_fn(m, b), progress
-    )
+    return _collect_stats(model, {n: modules[n] for n in needs}, needs, fit_batches, output_fn, progress)
 
 
 def _calibrates(cfg: LayerConfig) -> bool:
@@ -394,11 +392,10 @@ def measure_sensitivity(
     for n, c in it:
         lin = modules[n]
         total, count = 0.0, 0
-        folds = _folds(len(batches), c.config)
-        if n in fit_stats and _calibrates(c.config):
-            folds = [([], list(range(len(batches))))]
+        fitted = n in fit_stats and _calibrates(c.config)  # fitted on the fit set, measured on all
+        folds = [([], list(range(len(batches))))] if fitted else _folds(len(batches), c.config)
         for fit, measure in folds:
-            if n in fit_stats and _calibrates(c.config):
+            if fitted:
                 _quantize_with_stats(model, n, c.config, fit_stats[n])
             else:
                 _quantize_one(model, n, c.config, [batches[i] for i in fit], output_fn)

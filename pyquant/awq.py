@@ -13,11 +13,11 @@ groups: norms before q/k/v and gate/up, v -> o, up -> down for Llama/Qwen/Mistra
 output for BERT), so the exported graph has no extra op.
 
 Per group, s = abs_mean(x)^alpha (normalised to a geometric mean of ~1), with alpha from a grid in
-[0, 1] minimising sum over the group's layers of ||X W^T - (X / s) Q(W diag(s))^T||^2 on up to
-``max_tokens`` calibration tokens (Q: the layer's INT4 round-to-nearest). alpha = 0 (no scaling) is
-a candidate, so a group is never made worse on that measure. Layers of no foldable group (e.g. BERT's
-q/k, intermediate and output dense, or unsupported architectures) keep the plain clipping search of the
-"awq" quantizer and are logged.
+[0, 1] minimising sum over the group's layers of ||X W^T - (X / s) Q(W diag(s))^T||^2 over every
+calibration token, through the input's H = sum x x^T (Q: the layer's INT4 round-to-nearest). alpha = 0
+(no scaling) is a candidate, so a group is never made worse on that measure. Layers of no foldable
+group (e.g. BERT's q/k, intermediate and output dense, or unsupported architectures) keep the plain
+clipping search of the "awq" quantizer and are logged.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class AwqReport:
 
 
 def search_awq_scale(
-    x: torch.Tensor,
+    hessian: torch.Tensor,
     abs_mean: torch.Tensor,
     layers: Sequence[tuple[torch.Tensor, Int4Config]],
     n_grid: int = 11,
@@ -67,10 +67,19 @@ def search_awq_scale(
 ) -> tuple[float, torch.Tensor, float]:
     """-> (alpha, s over abs_mean's channels, proxy error / proxy error at alpha 0).
 
-    x [T, K]: calibration inputs of the layers; abs_mean: mean |x| per channel of the producing op
-    ([K], or per v row with ``expand`` mapping each of the K inputs to one of them); layers: (float
-    weight [N, K], config) of every consumer."""
-    x = x.float()
+    hessian [K, K]: sum of x x^T over every calibration token of the layers' input; abs_mean: mean
+    |x| per channel of the producing op ([K], or per v row with ``expand`` mapping each of the K
+    inputs to one of them); layers: (float weight [N, K], config) of every consumer. The proxy is the
+    group's output error over all calibration tokens, sum ||X dW^T||^2 = sum tr(dW H dW^T), with
+    dW = W - Q(W diag(s)) diag(1/s) and Q block-wise round-to-nearest.
+
+    Why all tokens through H rather than X itself: the search used to run on a random sample of 512
+    tokens, and with 64 calibration sequences instead of 4 (8 instead of 128 tokens drawn per
+    sequence) AWQ got worse on SmolLM2 (block 64 asym +16.7 % against +13.5 %); with H over all of
+    them, +14.1 %. Q stays RTN: matching it to the final quantizer (GPTQ for "awq-gptq", the clipping
+    search for "awq") picked smaller alphas and scored worse or even (+9.3 % against +7.7 % for
+    awq-gptq act-order; bench/results/2026-11-26-cpu-s29-smollm2-awq-proxy.md)."""
+    h = hessian.double()
     refs = [(w.float(), c) for w, c in layers]
     am = abs_mean.float().clamp(min=1e-8)
     best: tuple[float, torch.Tensor, float] | None = None
@@ -79,12 +88,13 @@ def search_awq_scale(
         alpha = i / max(n_grid - 1, 1)
         s = am.pow(alpha)
         s = (s / math.sqrt(float(s.max()) * float(s.min()))).clamp(_S_MIN, _S_MAX)
-        s_in = s if expand is None else s[expand]
+        s_in = (s if expand is None else s[expand]).double()
         err = 0.0
         for w, c in refs:
-            # ΔW = W - Q(W diag(s)) diag(1/s): the layer's output error is X ΔW^T
-            dw = w - fake_quantize_int4(w * s_in, c.block_size, c.symmetric) / s_in
-            err += float((x @ dw.t()).pow(2).sum())
+            # dW = W - Q(W diag(s)) diag(1/s): the layer's output error is X dW^T
+            wq = fake_quantize_int4(w * s_in.float(), c.block_size, c.symmetric)
+            dw = w.double() - wq.double() / s_in
+            err += float(((dw @ h) * dw).sum())
         if err0 is None:
             err0 = err
         if best is None or err < best[2]:
@@ -111,11 +121,11 @@ def awq_model(
     *,
     forward_fn: Callable[[nn.Module, Any], Any] | None = None,
     n_grid: int = 11,
-    max_tokens: int = 512,
     progress: bool = False,
 ) -> AwqReport:
     """Scale and fold every group whose consumers are all in ``layer_configs`` (the INT4 AWQ layers);
-    mutates the float model (its function is unchanged up to float rounding)."""
+    mutates the float model (its function is unchanged up to float rounding). Memory: one float32
+    [K, K] sum of x x^T per group during the pass, as GPTQ's statistics take per distinct input."""
     calib_batches = list(calib_batches)
     try:
         family, groups = find_smooth_groups(model)
@@ -147,20 +157,18 @@ def awq_model(
     if not todo:
         return report
 
-    # one pass: per-channel sum |x| and a token sample of each group's input
-    quota = max(1, math.ceil(max_tokens / max(len(calib_batches), 1)))
+    # one pass: per-channel sum |x| and sum x x^T of each group's input (every calibration token)
     sums: dict[str, torch.Tensor] = {}
     count: dict[str, int] = {}
-    samples: dict[str, list[torch.Tensor]] = {}
-    gen = torch.Generator().manual_seed(0)
+    hess: dict[str, torch.Tensor] = {}
 
     def hook_for(g: SmoothGroup):  # noqa: ANN202
         def hook(mod: nn.Module, args: tuple) -> None:
             x = args[0].detach().reshape(-1, mod.in_features).float().cpu()
             sums[g.name] = sums.get(g.name, 0) + x.abs().sum(0)
             count[g.name] = count.get(g.name, 0) + x.shape[0]
-            idx = torch.randperm(x.shape[0], generator=gen)[:quota]
-            samples.setdefault(g.name, []).append(x[idx])
+            xtx = x.t() @ x
+            hess[g.name] = hess[g.name].add_(xtx) if g.name in hess else xtx
 
         return hook
 
@@ -180,10 +188,9 @@ def awq_model(
         if g.name not in count:
             raise ValueError(f"awq: {g.linears[0][0]} saw no calibration tokens")
         report.n_tokens = max(report.n_tokens, count[g.name])
-        x = torch.cat(samples[g.name])[:max_tokens]
         am = _reduce_mean(g, sums[g.name] / count[g.name])
         layers = [(lin.weight.detach().float().cpu(), layer_configs[n]) for n, lin in g.linears]
-        alpha, s, ratio = search_awq_scale(x, am, layers, n_grid, g.expand)
+        alpha, s, ratio = search_awq_scale(hess.pop(g.name), am, layers, n_grid, g.expand)
         report.groups[g.name] = alpha
         report.error_ratio[g.name] = ratio
         if alpha > 0:

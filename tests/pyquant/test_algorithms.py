@@ -109,12 +109,14 @@ def test_gptq_act_order_and_dead_channels() -> None:
 def test_awq_scale_search_lowers_output_error() -> None:
     x, w = _data()
     cfg = Int4Config(64)
-    alpha, s, ratio = search_awq_scale(x, x.abs().mean(0), [(w, cfg)])
+    alpha, s, ratio = search_awq_scale(x.t() @ x, x.abs().mean(0), [(w, cfg)])
     assert 0 < alpha <= 1 and ratio < 0.9
     wq = _run("rtn", w * s, cfg, None) / s  # what the folded model computes: (x / s) Q(W s)^T
     e_awq = float((x @ (w - wq).t()).pow(2).sum())
     e_rtn = float((x @ (w - _run("rtn", w, cfg, None)).t()).pow(2).sum())
     assert e_awq < 0.9 * e_rtn
+    # the search's proxy, taken through the Hessian, is the output error over every token of X
+    assert ratio == pytest.approx(e_awq / e_rtn, rel=1e-4)
 
 
 def _tiny_llama() -> nn.Module:

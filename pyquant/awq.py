@@ -25,15 +25,18 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.nn as nn
 
+from pyquant.block_cache import BlockCache, block_stages, record_up_to
 from pyquant.config import Int4Config
 from pyquant.int4_algorithms import fake_quantize_int4
-from pyquant.smooth import SmoothGroup, _check_norm_is_scalable, _fold, _run, find_smooth_groups
+from pyquant.quantize import _call_model
+from pyquant.smooth import SmoothGroup, _check_norm_is_scalable, _fold, find_smooth_groups
 
 __all__ = ["AwqReport", "awq_model", "AWQ_ALGORITHMS", "search_awq_scale"]
 
@@ -114,6 +117,46 @@ def _reduce_mean(g: SmoothGroup, per_in: torch.Tensor) -> torch.Tensor:
     return tot / cnt.clamp(min=1)
 
 
+def _group_statistics(
+    groups: list[SmoothGroup],
+    batches: Sequence[Any],
+    run: Callable[[Any], Any],
+    cache: BlockCache | None,
+    block: int,
+) -> dict[str, tuple[int, torch.Tensor, torch.Tensor]]:
+    """group -> (tokens, per-channel sum |x|, sum x x^T) of its input over every batch. With a cache,
+    blocks before ``block`` are replayed and each pass stops once ``block`` has returned, keeping its
+    output for the next stage (``BlockCache.record_block``)."""
+    stats: dict[str, tuple[int, torch.Tensor, torch.Tensor]] = {}
+
+    def hook_for(g: SmoothGroup):  # noqa: ANN202
+        def hook(mod: nn.Module, args: tuple) -> None:
+            x = args[0].detach().reshape(-1, mod.in_features).float().cpu()
+            xtx = x.t() @ x
+            if g.name in stats:
+                n, abs_sum, hess = stats[g.name]
+                stats[g.name] = (n + x.shape[0], abs_sum.add_(x.abs().sum(0)), hess.add_(xtx))
+            else:
+                stats[g.name] = (x.shape[0], x.abs().sum(0), xtx)
+
+        return hook
+
+    handles = [g.linears[0][1].register_forward_pre_hook(hook_for(g)) for g in groups]
+    try:
+        with torch.no_grad():
+            for i, batch in enumerate(batches):
+                # with a cache: blocks 0..block-1 replayed, stopped after block, its output kept
+                with cache.recording(i, block) if cache is not None else nullcontext():
+                    run(batch)
+    finally:
+        for h in handles:
+            h.remove()
+    for g in groups:
+        if g.name not in stats:
+            raise ValueError(f"awq: {g.linears[0][0]} saw no calibration tokens")
+    return stats
+
+
 def awq_model(
     model: nn.Module,
     calib_batches: Sequence[Any],
@@ -125,8 +168,11 @@ def awq_model(
 ) -> AwqReport:
     """Scale and fold every group whose consumers are all in ``layer_configs`` (the INT4 AWQ layers);
     mutates the float model (its function is unchanged up to float rounding). Memory: one float32
-    [K, K] sum of x x^T per group during the pass, as GPTQ's statistics take per distinct input."""
+    [K, K] sum of x x^T per group of the block being calibrated (of every group where the blocks do
+    not replay, see ``block_cache.block_stages``)."""
     calib_batches = list(calib_batches)
+    if not calib_batches:
+        raise ValueError("awq: calibration_data is empty: AWQ needs at least one batch")
     try:
         family, groups = find_smooth_groups(model)
     except ValueError as e:
@@ -157,42 +203,42 @@ def awq_model(
     if not todo:
         return report
 
-    # one pass: per-channel sum |x| and sum x x^T of each group's input (every calibration token)
-    sums: dict[str, torch.Tensor] = {}
-    count: dict[str, int] = {}
-    hess: dict[str, torch.Tensor] = {}
-
-    def hook_for(g: SmoothGroup):  # noqa: ANN202
-        def hook(mod: nn.Module, args: tuple) -> None:
-            x = args[0].detach().reshape(-1, mod.in_features).float().cpu()
-            sums[g.name] = sums.get(g.name, 0) + x.abs().sum(0)
-            count[g.name] = count.get(g.name, 0) + x.shape[0]
-            xtx = x.t() @ x
-            hess[g.name] = hess[g.name].add_(xtx) if g.name in hess else xtx
-
-        return hook
-
-    handles = [g.linears[0][1].register_forward_pre_hook(hook_for(g)) for g in todo]
-    try:
-        _run(model, calib_batches, forward_fn)
-    finally:
-        for h in handles:
-            h.remove()
-
-    items: Any = todo
+    bar: Any = None
     if progress:
         from tqdm.auto import tqdm
 
-        items = tqdm(todo, desc="awq scales", unit="group")
-    for g in items:
-        if g.name not in count:
-            raise ValueError(f"awq: {g.linears[0][0]} saw no calibration tokens")
-        report.n_tokens = max(report.n_tokens, count[g.name])
-        am = _reduce_mean(g, sums[g.name] / count[g.name])
-        layers = [(lin.weight.detach().float().cpu(), layer_configs[n]) for n, lin in g.linears]
-        alpha, s, ratio = search_awq_scale(hess.pop(g.name), am, layers, n_grid, g.expand)
-        report.groups[g.name] = alpha
-        report.error_ratio[g.name] = ratio
-        if alpha > 0:
-            _fold(g, s.to(g.linears[0][1].weight.device))
+        bar = tqdm(total=len(todo), desc="awq scales", unit="group")
+    # Block by block where the model's blocks replay (block_stages): only one block's groups hold
+    # their [K, K] x^T x at once (a 7B Llama: ~0.7 GB instead of ~22 GB), at about one pass's cost.
+    # The model a later block sees has the earlier blocks' scales folded in: the same function up to
+    # float rounding.
+    fwd = forward_fn or _call_model
+
+    def run(batch: Any) -> Any:
+        return fwd(model, batch)
+
+    by_name = {g.name: g for g in todo}
+    units = {g.name: [n for n, _ in g.linears] for g in todo}
+    stages, cache = block_stages(model, units, calib_batches, run)
+    done = 0  # blocks 0..done-1 have recorded outputs for every batch (with a cache)
+    for start, keys in stages:
+        groups_here = [by_name[k] for k in keys]
+        if cache is not None:
+            record_up_to(cache, done, start, calib_batches, run)  # blocks between stages
+            done = start + 1  # the statistics pass records this stage's block
+        stats = _group_statistics(groups_here, calib_batches, run, cache, start)
+        for g in groups_here:
+            n_tokens, abs_sum, hess = stats.pop(g.name)
+            report.n_tokens = max(report.n_tokens, n_tokens)
+            am = _reduce_mean(g, abs_sum / n_tokens)
+            layers = [(lin.weight.detach().float().cpu(), layer_configs[n]) for n, lin in g.linears]
+            alpha, s, ratio = search_awq_scale(hess, am, layers, n_grid, g.expand)
+            report.groups[g.name] = alpha
+            report.error_ratio[g.name] = ratio
+            if alpha > 0:
+                _fold(g, s.to(g.linears[0][1].weight.device))
+            if bar is not None:
+                bar.update()
+    if bar is not None:
+        bar.close()
     return report

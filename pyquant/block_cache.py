@@ -13,14 +13,14 @@ the model's output before a caller relies on it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 import torch.nn as nn
 
-__all__ = ["BlockCache", "StopForward", "stop_forward", "same_outputs"]
+__all__ = ["BlockCache", "StopForward", "stop_forward", "same_outputs", "block_stages", "record_up_to"]
 
 log = logging.getLogger("pyquant")
 
@@ -124,6 +124,13 @@ class BlockCache:
     def record_block(self, batch: int, j: int, run: Callable[[], Any]) -> None:
         """Run ``run()`` (one forward of ``batch``) with blocks 0..j-1 replayed, stopping once block j
         has returned, and keep that output as block j's (chained stacks: for blocks 0..j)."""
+        with self.recording(batch, j):
+            run()
+
+    @contextmanager
+    def recording(self, batch: int, j: int) -> Iterator[None]:
+        """``record_block`` around a body that runs the forward of ``batch`` (hooks of its own may
+        collect statistics on the way): the StopForward raised after block j ends the body here."""
         got: list[Any] = []
 
         def hook(mod: nn.Module, args: Any, out: Any) -> None:
@@ -133,7 +140,7 @@ class BlockCache:
         handle = self.blocks[j].register_forward_hook(hook)
         try:
             with self.skip(batch, j):
-                run()
+                yield
         except StopForward:
             pass
         finally:
@@ -176,3 +183,45 @@ class BlockCache:
 
     def block(self, layer: str) -> int:
         return self.block_of.get(layer, 0) if self.blocks else 0
+
+
+def block_stages(
+    model: nn.Module, units: Mapping[str, Sequence[str]], batches: Sequence[Any], run: Callable[[Any], Any]
+) -> tuple[list[tuple[int, list[str]]], BlockCache | None]:
+    """Calibrating block by block: -> ([(block index, the units inside it)] in stack order, a cache
+    whose recorded outputs replay the blocks before each), or ([(0, every unit)], None) for one pass
+    over the whole model: where there is no stack of blocks, a unit's layers (``units``: name -> its
+    layer names) are not inside one block, everything is in one block, or replaying does not
+    reproduce the model's output on ``batches[0]`` (``run(batch)``: one forward).
+
+    Why: statistics such as x^T x ([K, K] per layer input) then live for one block at a time, and a
+    pass that stops after its block while the blocks before it replay keeps the total cost about one
+    pass (each stage's pass records its block's output for the next: ``recording``)."""
+    cache = BlockCache(model, [n for names in units.values() for n in names])
+    where: dict[str, int] = {}
+    for key, names in units.items():
+        blocks = {cache.block_of.get(n) for n in names}
+        if None in blocks or len(blocks) != 1:
+            return [(0, list(units))], None
+        where[key] = blocks.pop()
+    if not cache.blocks or len(set(where.values())) < 2:
+        return [(0, list(units))], None
+    with torch.no_grad():
+        with cache.record(0):
+            reference = run(batches[0])
+        if not cache.replays(0, lambda: run(batches[0]), reference):
+            return [(0, list(units))], None
+    stages: dict[int, list[str]] = {}
+    for key in units:
+        stages.setdefault(where[key], []).append(key)
+    return sorted(stages.items()), cache
+
+
+def record_up_to(
+    cache: BlockCache, done: int, upto: int, batches: Sequence[Any], run: Callable[[Any], Any]
+) -> None:
+    """Records blocks done..upto-1 for every batch (the blocks between two stages)."""
+    with torch.no_grad():
+        for j in range(done, upto):
+            for i, batch in enumerate(batches):
+                cache.record_block(i, j, lambda batch=batch: run(batch))

@@ -41,7 +41,10 @@ class Int4Config:
         "rtn" round to nearest; "mse" per-block clipping search (no calibration); "gptq" GPTQ
         (calibration data); "awq" / "awq-gptq" activation-aware scale migration folded into the
         preceding norm / linear (a model-level pre-pass of ``pyquant.quantize``, calibration data),
-        then the clipping search / GPTQ.
+        then the clipping search / GPTQ. Memory: GPTQ keeps a float32 [K, K] sum of x x^T per
+        distinct layer input, all at once in one pass (a 7B Llama: ~22 GB), one group at a time with
+        ``QuantizeConfig(sequential=True)``; the AWQ pre-pass keeps them for one decoder block at a
+        time where the blocks replay (~0.7 GB).
     gptq_damp: GPTQ damping, relative to the mean Hessian diagonal (0 < damp <= 1).
     act_order: GPTQ processes columns by decreasing Hessian diagonal (scales stay per K block).
     clip_grid: shrink factors tried by the clipping search of "mse", "awq" and GPTQ's block scales

@@ -153,6 +153,55 @@ def test_awq_prepass_folds_and_beats_rtn() -> None:
     assert not torch.equal(q.model.layers[0].input_layernorm.weight, m.model.layers[0].input_layernorm.weight)
 
 
+def test_awq_statistics_block_by_block_match_one_pass(monkeypatch) -> None:
+    """A stack of blocks is calibrated one block at a time (earlier blocks replayed, each pass stopped
+    after the block): the same scales as one pass over every group, with fewer block calls."""
+    from pyquant import awq
+
+    m = tiny_llama(vocab_size=96, num_hidden_layers=3)
+    with torch.no_grad():
+        for i, layer in enumerate(m.model.layers):
+            layer.input_layernorm.weight[i : i + 3] *= 25.0
+            layer.post_attention_layernorm.weight[10 + i : 12 + i] *= 20.0
+    batches = [torch.randint(0, 96, (2, 24), generator=torch.Generator().manual_seed(i)) for i in range(4)]
+    names = [n for n, mod in m.named_modules() if isinstance(mod, nn.Linear) and n != "lm_head"]
+    configs = {n: Int4Config(32, algorithm="awq") for n in names}
+
+    def run(one_pass: bool) -> tuple[nn.Module, awq.AwqReport, int]:
+        model = copy.deepcopy(m)
+        calls = [0]  # block 0 computed (not replayed): its first linear called
+        model.model.layers[0].self_attn.q_proj.register_forward_pre_hook(
+            lambda *_: calls.__setitem__(0, calls[0] + 1)
+        )
+        if one_pass:
+            monkeypatch.setattr(awq, "block_stages", lambda model, units, *a: ([(0, list(units))], None))
+        rep = awq.awq_model(model, batches, configs)
+        monkeypatch.undo()
+        return model, rep, calls[0]
+
+    staged, rep_staged, calls_staged = run(False)
+    flat, rep_flat, calls_flat = run(True)
+    units = {g.name: [n for n, _ in g.linears] for g in awq.find_smooth_groups(m)[1]}
+    fresh = copy.deepcopy(m)
+    stages, cache = awq.block_stages(fresh, units, batches, fresh)
+    assert cache is not None and [b for b, _ in stages] == [0, 1, 2]
+    assert len(rep_staged.groups) == 12 and rep_staged.groups == rep_flat.groups
+    assert all(
+        r == pytest.approx(rep_flat.error_ratio[g], rel=1e-4) for g, r in rep_staged.error_ratio.items()
+    )
+    for (n, p), (_, q) in zip(staged.named_parameters(), flat.named_parameters(), strict=True):
+        assert torch.allclose(p, q, rtol=1e-5, atol=1e-6), n
+    # block 0 computed: the recording of batch 0 (for the replay check), then once per batch in its
+    # stage's pass (which keeps its output); the later stages replay it
+    assert calls_flat == len(batches) and calls_staged == 1 + len(batches)
+    # the folded model still computes the float function
+    with torch.no_grad():
+        for b in batches:
+            assert torch.allclose(staged(b).logits, m(b).logits, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="calibration_data is empty"):
+        awq.awq_model(copy.deepcopy(m), [], configs)
+
+
 def test_awq_fallback_without_foldable_predecessor(caplog) -> None:
     torch.manual_seed(0)
     m = nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 32))

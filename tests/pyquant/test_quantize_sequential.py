@@ -3,6 +3,8 @@ groups before it already quantized (GPTQ's sequential mode)."""
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 import torch.nn as nn
@@ -294,3 +296,38 @@ def test_layers_on_one_input_share_its_hessian(sequential: bool) -> None:
         torch.testing.assert_close(_recorded_for(layer).hessian, want, rtol=1e-5, atol=1e-3)
     assert _recorded_for(q).hessian is not _recorded_for(k).hessian
     assert not torch.allclose(_recorded_for(o).hessian, want, atol=1.0)
+
+
+def test_one_pass_calibrates_block_by_block(monkeypatch) -> None:
+    """The one-pass mode on a stack of blocks: statistics one block at a time (earlier blocks
+    replayed from recorded float outputs), each block's layers quantized before the next block's
+    statistics exist, with the exact packed weights of one pass over the whole model."""
+    q = importlib.import_module("pyquant.quantize")  # the module (pyquant.quantize is the function)
+
+    model = tiny_llama(num_hidden_layers=3)
+    batches = [torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    cfg = QuantizeConfig(default=Int4Config(32, symmetric=False, algorithm="gptq"), exclude=["lm_head"])
+    stage_layers: list[list[str]] = []
+    collect = q._collect_stats
+
+    def spy(model, layers, *a, **k):  # noqa: ANN001, ANN202
+        quantized = [n for n, m in model.named_modules() if isinstance(m, Int4Linear)]
+        stage_layers.append(sorted(layers))
+        assert not set(layers) & set(quantized)
+        # every earlier block is already quantized when a block's statistics are collected
+        assert len(quantized) == 7 * (len(stage_layers) - 1)
+        return collect(model, layers, *a, **k)
+
+    monkeypatch.setattr(q, "_collect_stats", spy)
+    staged = quantize(tiny_llama(num_hidden_layers=3), cfg, calibration_data=batches)
+    assert [len(s) for s in stage_layers] == [7, 7, 7]
+    assert all(n.startswith(f"model.layers.{i}.") for i, s in enumerate(stage_layers) for n in s)
+    monkeypatch.setattr(q, "_collect_stats", collect)
+    monkeypatch.setattr(q, "block_stages", lambda model, units, *a: ([(0, list(units))], None))
+    flat = quantize(model, cfg, calibration_data=batches)
+    for name, m in staged.named_modules():
+        if isinstance(m, Int4Linear):
+            other = flat.get_submodule(name)
+            assert torch.equal(m.qweight, other.qweight) and torch.equal(m.scales, other.scales), name
+    with pytest.raises(ValueError, match="calibration_data is empty"):
+        quantize(tiny_llama(num_hidden_layers=3), cfg, calibration_data=[])

@@ -25,17 +25,16 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.nn as nn
 
-from pyquant.block_cache import BlockCache, block_stages, record_up_to
+from pyquant.block_cache import block_stages, record_up_to
 from pyquant.config import Int4Config
 from pyquant.int4_algorithms import fake_quantize_int4
-from pyquant.quantize import _call_model
+from pyquant.quantize import _call_model, _collect_stats
 from pyquant.smooth import SmoothGroup, _check_norm_is_scalable, _fold, find_smooth_groups
 
 __all__ = ["AwqReport", "awq_model", "AWQ_ALGORITHMS", "search_awq_scale"]
@@ -82,9 +81,9 @@ def search_awq_scale(
     them, +14.1 %. Q stays RTN: matching it to the final quantizer (GPTQ for "awq-gptq", the clipping
     search for "awq") picked smaller alphas and scored worse or even (+9.3 % against +7.7 % for
     awq-gptq act-order; bench/results/2026-11-26-cpu-s29-smollm2-awq-proxy.md)."""
-    h = hessian.double()
+    h = hessian.detach().double().cpu()
     refs = [(w.float(), c) for w, c in layers]
-    am = abs_mean.float().clamp(min=1e-8)
+    am = abs_mean.detach().float().cpu().clamp(min=1e-8)
     best: tuple[float, torch.Tensor, float] | None = None
     err0 = None
     for i in range(n_grid):
@@ -115,46 +114,6 @@ def _reduce_mean(g: SmoothGroup, per_in: torch.Tensor) -> torch.Tensor:
     tot = torch.zeros(n).index_add_(0, g.expand, per_in)
     cnt = torch.zeros(n).index_add_(0, g.expand, torch.ones_like(per_in))
     return tot / cnt.clamp(min=1)
-
-
-def _group_statistics(
-    groups: list[SmoothGroup],
-    batches: Sequence[Any],
-    run: Callable[[Any], Any],
-    cache: BlockCache | None,
-    block: int,
-) -> dict[str, tuple[int, torch.Tensor, torch.Tensor]]:
-    """group -> (tokens, per-channel sum |x|, sum x x^T) of its input over every batch. With a cache,
-    blocks before ``block`` are replayed and each pass stops once ``block`` has returned, keeping its
-    output for the next stage (``BlockCache.record_block``)."""
-    stats: dict[str, tuple[int, torch.Tensor, torch.Tensor]] = {}
-
-    def hook_for(g: SmoothGroup):  # noqa: ANN202
-        def hook(mod: nn.Module, args: tuple) -> None:
-            x = args[0].detach().reshape(-1, mod.in_features).float().cpu()
-            xtx = x.t() @ x
-            if g.name in stats:
-                n, abs_sum, hess = stats[g.name]
-                stats[g.name] = (n + x.shape[0], abs_sum.add_(x.abs().sum(0)), hess.add_(xtx))
-            else:
-                stats[g.name] = (x.shape[0], x.abs().sum(0), xtx)
-
-        return hook
-
-    handles = [g.linears[0][1].register_forward_pre_hook(hook_for(g)) for g in groups]
-    try:
-        with torch.no_grad():
-            for i, batch in enumerate(batches):
-                # with a cache: blocks 0..block-1 replayed, stopped after block, its output kept
-                with cache.recording(i, block) if cache is not None else nullcontext():
-                    run(batch)
-    finally:
-        for h in handles:
-            h.remove()
-    for g in groups:
-        if g.name not in stats:
-            raise ValueError(f"awq: {g.linears[0][0]} saw no calibration tokens")
-    return stats
 
 
 def awq_model(
@@ -226,13 +185,23 @@ def awq_model(
         if cache is not None:
             record_up_to(cache, done, start, calib_batches, run)  # blocks between stages
             done = start + 1  # the statistics pass records this stage's block
-        stats = _group_statistics(groups_here, calib_batches, run, cache, start)
+        # each group's input is its first layer's: that layer's abs-mean and x^T x
+        firsts = {g.name: g.linears[0] for g in groups_here}
+        stats = _collect_stats(
+            model,
+            {first: mod for first, mod in firsts.values()},
+            {first: frozenset({"abs_mean", "hessian"}) for first, _ in firsts.values()},
+            calib_batches,
+            forward_fn,
+            progress=False,
+            around_batch=(lambda i, start=start: cache.recording(i, start)) if cache is not None else None,
+        )
         for g in groups_here:
-            n_tokens, abs_sum, hess = stats.pop(g.name)
-            report.n_tokens = max(report.n_tokens, n_tokens)
-            am = _reduce_mean(g, abs_sum / n_tokens)
+            st = stats.pop(firsts[g.name][0])
+            report.n_tokens = max(report.n_tokens, st.n_tokens)
+            am = _reduce_mean(g, st.abs_mean.float().cpu())
             layers = [(lin.weight.detach().float().cpu(), layer_configs[n]) for n, lin in g.linears]
-            alpha, s, ratio = search_awq_scale(hess, am, layers, n_grid, g.expand)
+            alpha, s, ratio = search_awq_scale(st.hessian, am, layers, n_grid, g.expand)
             report.groups[g.name] = alpha
             report.error_ratio[g.name] = ratio
             if alpha > 0:

@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 
 from pyquant.algorithms import CalibrationStats, Fp8Packed, Int4Packed, get_weight_quantizer
-from pyquant.block_cache import BlockCache, StopForward, block_stages, record_up_to, stop_forward
+from pyquant.block_cache import BlockCache, Fingerprint, StopForward, block_stages, record_up_to, stop_forward
 from pyquant.calibration import AbsDistribution, clip_from_stats
 from pyquant.config import (
     Fp8Config,
@@ -228,6 +228,7 @@ def _quantize_sequential(
         groups, once, reference = _forward_groups(
             model, {n: m for n, (m, _) in chosen.items()}, batches[0], forward_fn
         )
+    reference = Fingerprint(reference)  # the full output is not kept beside the replayed one
     with torch.no_grad():
         replay = cache.replays(0, lambda: fwd(model, batches[0]), reference)
     # Block index per group (-1: before the stack, len(blocks): after it); replay needs them in order.

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from pyquant.algorithms import CalibrationStats, get_weight_quantizer, register_weight_quantizer
-from pyquant.block_cache import BlockCache
+from pyquant.block_cache import BlockCache, Fingerprint
 from pyquant.config import Int4Config, QuantizeConfig, config_from_dict
 from pyquant.modules import Int4Linear
 from pyquant.quantize import _forward_groups, quantize
@@ -255,6 +255,10 @@ def test_block_cache_chaining_and_replay_check() -> None:
     assert cache.block("model.layers.2.mlp.up_proj") == 2 and cache.block("lm_head") == 0
     with torch.no_grad():
         assert cache.replays(0, lambda: model(**batch), ref)
+        assert cache.replays(0, lambda: model(**batch), Fingerprint(ref))  # the reduced reference
+        wrong = ref.logits.clone()
+        wrong[0, 3] += 1.0  # one position of one sequence differs: the samples see it
+        assert Fingerprint(ref.logits).matches(ref.logits) and not Fingerprint(ref.logits).matches(wrong)
         assert not cache.replays(0, lambda: model(**batch), ref.logits + 1)  # a wrong reference
     assert cache.blocks == []  # replay disabled
     dense = DenseStack()
@@ -331,3 +335,17 @@ def test_one_pass_calibrates_block_by_block(monkeypatch) -> None:
             assert torch.equal(m.qweight, other.qweight) and torch.equal(m.scales, other.scales), name
     with pytest.raises(ValueError, match="calibration_data is empty"):
         quantize(tiny_llama(num_hidden_layers=3), cfg, calibration_data=[])
+
+
+def test_fingerprint_samples_every_position() -> None:
+    """The replay check's reduced reference: on an output larger than its sample budget, a change of
+    any one position (what a wrong replay does to a sequence) is seen."""
+    out = torch.randn(2, 512, 1000, generator=torch.Generator().manual_seed(0))
+    fp = Fingerprint(out)
+    assert fp.parts[0][1].numel() <= 2 * Fingerprint.SAMPLES and fp.matches(out.clone())
+    for b, t in [(0, 0), (1, 300), (1, 511)]:
+        wrong = out.clone()
+        wrong[b, t] += 0.01
+        assert not fp.matches(wrong), (b, t)
+    assert not fp.matches(out[:, :256])  # another shape
+    assert not fp.matches((out, out))  # another structure

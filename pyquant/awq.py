@@ -31,10 +31,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from pyquant.block_cache import block_stages, record_up_to
 from pyquant.config import Int4Config
 from pyquant.int4_algorithms import fake_quantize_int4
-from pyquant.quantize import _call_model, _collect_stats
+from pyquant.quantize import _stats_by_block
 from pyquant.smooth import SmoothGroup, _check_norm_is_scalable, _fold, find_smooth_groups
 
 __all__ = ["AwqReport", "awq_model", "AWQ_ALGORITHMS", "search_awq_scale"]
@@ -128,7 +127,7 @@ def awq_model(
     """Scale and fold every group whose consumers are all in ``layer_configs`` (the INT4 AWQ layers);
     mutates the float model (its function is unchanged up to float rounding). Memory: one float32
     [K, K] sum of x x^T per group of the block being calibrated (of every group where the blocks do
-    not replay, see ``block_cache.block_stages``)."""
+    not replay, see ``quantize._stats_by_block``)."""
     calib_batches = list(calib_batches)
     if not calib_batches:
         raise ValueError("awq: calibration_data is empty: AWQ needs at least one batch")
@@ -167,36 +166,18 @@ def awq_model(
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(todo), desc="awq scales", unit="group")
-    # Block by block where the model's blocks replay (block_stages): only one block's groups hold
-    # their [K, K] x^T x at once (a 7B Llama: ~0.7 GB instead of ~22 GB), at about one pass's cost.
-    # The model a later block sees has the earlier blocks' scales folded in: the same function up to
-    # float rounding.
-    fwd = forward_fn or _call_model
-
-    def run(batch: Any) -> Any:
-        return fwd(model, batch)
-
+    # Block by block where the model's blocks replay (quantize._stats_by_block): only one block's
+    # groups hold their [K, K] x^T x at once (a 7B Llama: ~0.7 GB instead of ~22 GB), at about one
+    # pass's cost. The model a later block sees has the earlier blocks' scales folded in: the same
+    # function up to float rounding. Each group's input is its first layer's: that layer's abs-mean
+    # and x^T x.
     by_name = {g.name: g for g in todo}
     units = {g.name: [n for n, _ in g.linears] for g in todo}
-    stages, cache = block_stages(model, units, calib_batches, run)
-    done = 0  # blocks 0..done-1 have recorded outputs for every batch (with a cache)
-    for start, keys in stages:
-        groups_here = [by_name[k] for k in keys]
-        if cache is not None:
-            record_up_to(cache, done, start, calib_batches, run)  # blocks between stages
-            done = start + 1  # the statistics pass records this stage's block
-        # each group's input is its first layer's: that layer's abs-mean and x^T x
-        firsts = {g.name: g.linears[0] for g in groups_here}
-        stats = _collect_stats(
-            model,
-            {first: mod for first, mod in firsts.values()},
-            {first: frozenset({"abs_mean", "hessian"}) for first, _ in firsts.values()},
-            calib_batches,
-            forward_fn,
-            progress=False,
-            around_batch=(lambda i, start=start: cache.recording(i, start)) if cache is not None else None,
-        )
-        for g in groups_here:
+    firsts = {g.name: g.linears[0] for g in todo}
+    first_layers = dict(firsts.values())
+    needs = {first: frozenset({"abs_mean", "hessian"}) for first in first_layers}
+    for keys, stats in _stats_by_block(model, units, first_layers, needs, calib_batches, forward_fn, False):
+        for g in (by_name[k] for k in keys):
             st = stats.pop(firsts[g.name][0])
             report.n_tokens = max(report.n_tokens, st.n_tokens)
             am = _reduce_mean(g, st.abs_mean.float().cpu())

@@ -13,7 +13,7 @@ swap the module. ``model.pyquant_summary`` records what was done.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -289,33 +289,59 @@ def _quantize_calibrated(
     batches = list(calibration_data)
     if not batches:
         raise ValueError("calibration_data is empty: the layers' algorithms need at least one batch")
+    layers = {n: chosen[n][0] for n in needs}
+    for names, stats in _stats_by_block(
+        model, {n: [n] for n in needs}, layers, needs, batches, forward_fn, progress
+    ):
+        for name in names:
+            _replace_layer(model, name, *chosen[name], stats.pop(name), summary)
+
+
+def _stats_by_block(
+    model: nn.Module,
+    units: dict[str, list[str]],
+    layers: dict[str, nn.Linear],
+    needs: dict[str, frozenset[str]],
+    batches: list[Any],
+    forward_fn: Callable[[nn.Module, Any], Any] | None,
+    progress: bool,
+) -> Iterator[tuple[list[str], dict[str, CalibrationStats]]]:
+    """Yields (units of one stage, the statistics of their layers in ``needs``), block by block where
+    the model's blocks replay (``block_stages``; ``units``: key -> its layer names, all in one block),
+    else once for every unit. A stage's pass replays the blocks before it, stops after its block and
+    records that block's output, so the caller may change the stage's layers (quantize, fold) before
+    the next stage is computed: later stages see the block as it was recorded."""
     fwd = forward_fn or _call_model
 
     def run(batch: Any) -> Any:
         return fwd(model, batch)
 
-    stages, cache = block_stages(model, {n: [n] for n in needs}, batches, run)
+    stages, cache = block_stages(model, units, batches, run)
     it: Iterable[tuple[int, list[str]]] = stages
     if progress and cache is not None:
         from tqdm.auto import tqdm
 
         it = tqdm(stages, desc="calibrating (by block)", unit="block")
     done = 0  # blocks 0..done-1 have recorded outputs for every batch (with a cache)
-    for start, names in it:
+    for start, keys in it:
         if cache is not None:
             record_up_to(cache, done, start, batches, run)  # blocks between stages
             done = start + 1  # the statistics pass records this stage's block
-        stats = _collect_stats(
-            model,
-            {n: chosen[n][0] for n in names},
-            {n: needs[n] for n in names},
-            batches,
-            forward_fn,
-            progress=progress and cache is None,
-            around_batch=(lambda i, start=start: cache.recording(i, start)) if cache is not None else None,
+        names = [n for k in keys for n in units[k] if n in needs]
+        yield (
+            keys,
+            _collect_stats(
+                model,
+                {n: layers[n] for n in names},
+                {n: needs[n] for n in names},
+                batches,
+                forward_fn,
+                progress=progress and cache is None,
+                around_batch=(lambda i, start=start: cache.recording(i, start))
+                if cache is not None
+                else None,
+            ),
         )
-        for name in names:
-            _replace_layer(model, name, *chosen[name], stats.pop(name), summary)
 
 
 def _replace_layer(

@@ -4,6 +4,7 @@ structure, the packed layout against the real ORT op, the AWQ fold, configs, cal
 from __future__ import annotations
 
 import copy
+import importlib
 import logging
 
 import numpy as np
@@ -15,6 +16,7 @@ import pyquant
 from pyquant import layout
 from pyquant.algorithms import CalibrationStats, get_weight_quantizer, registered_algorithms
 from pyquant.awq import search_awq_scale
+from pyquant.block_cache import block_stages
 from pyquant.calibration_data import sentence_batches, text_batches, token_windows
 from pyquant.config import Fp8Config, Int4Config, QuantizeConfig, config_from_dict
 from pyquant.export import export
@@ -174,7 +176,11 @@ def test_awq_statistics_block_by_block_match_one_pass(monkeypatch) -> None:
             lambda *_: calls.__setitem__(0, calls[0] + 1)
         )
         if one_pass:
-            monkeypatch.setattr(awq, "block_stages", lambda model, units, *a: ([(0, list(units))], None))
+            monkeypatch.setattr(
+                importlib.import_module("pyquant.quantize"),
+                "block_stages",
+                lambda model, units, *a: ([(0, list(units))], None),
+            )
         rep = awq.awq_model(model, batches, configs)
         monkeypatch.undo()
         return model, rep, calls[0]
@@ -183,7 +189,7 @@ def test_awq_statistics_block_by_block_match_one_pass(monkeypatch) -> None:
     flat, rep_flat, calls_flat = run(True)
     units = {g.name: [n for n, _ in g.linears] for g in awq.find_smooth_groups(m)[1]}
     fresh = copy.deepcopy(m)
-    stages, cache = awq.block_stages(fresh, units, batches, fresh)
+    stages, cache = block_stages(fresh, units, batches, fresh)
     assert cache is not None and [b for b, _ in stages] == [0, 1, 2]
     assert len(rep_staged.groups) == 12 and rep_staged.groups == rep_flat.groups
     assert all(

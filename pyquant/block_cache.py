@@ -228,23 +228,30 @@ class BlockCache:
 def block_stages(
     model: nn.Module, units: Mapping[str, Sequence[str]], batches: Sequence[Any], run: Callable[[Any], Any]
 ) -> tuple[list[tuple[int, list[str]]], BlockCache | None]:
-    """Calibrating block by block: -> ([(block index, the units inside it)] in stack order, a cache
-    whose recorded outputs replay the blocks before each), or ([(0, every unit)], None) for one pass
-    over the whole model: where there is no stack of blocks, a unit's layers (``units``: name -> its
-    layer names) are not inside one block, everything is in one block, or replaying does not
-    reproduce the model's output on ``batches[0]`` (``run(batch)``: one forward).
+    """Calibrating block by block: -> ([(stage, the units inside it)] in stack order, a cache whose
+    recorded outputs replay the blocks before each), or ([(0, every unit)], None) for one pass over the
+    whole model: where there is no stack of blocks, a unit's layers (``units``: name -> its layer
+    names) are spread over several blocks, everything is in one stage, or replaying does not reproduce
+    the model's output on ``batches[0]`` (``run(batch)``: one forward). Stage j < len(cache.blocks) is
+    block j (its pass stops after the block); units outside the stack (a language model's lm_head, a
+    classifier) form a last stage, ``len(cache.blocks)``, whose pass replays every block and runs the
+    rest of the model.
 
     Why: statistics such as x^T x ([K, K] per layer input) then live for one block at a time, and a
     pass that stops after its block while the blocks before it replay keeps the total cost about one
     pass (each stage's pass records its block's output for the next: ``recording``)."""
     cache = BlockCache(model, [n for names in units.values() for n in names])
+    if not cache.blocks:
+        return [(0, list(units))], None
+    after = len(cache.blocks)
     where: dict[str, int] = {}
     for key, names in units.items():
         blocks = {cache.block_of.get(n) for n in names}
-        if None in blocks or len(blocks) != 1:
+        if len(blocks) != 1:
             return [(0, list(units))], None
-        where[key] = blocks.pop()
-    if not cache.blocks or len(set(where.values())) < 2:
+        b = blocks.pop()
+        where[key] = after if b is None else b
+    if len(set(where.values())) < 2:
         return [(0, list(units))], None
     with torch.no_grad():
         with cache.record(0):

@@ -307,10 +307,11 @@ def _stats_by_block(
     progress: bool,
 ) -> Iterator[tuple[list[str], dict[str, CalibrationStats]]]:
     """Yields (units of one stage, the statistics of their layers in ``needs``), block by block where
-    the model's blocks replay (``block_stages``; ``units``: key -> its layer names, all in one block),
-    else once for every unit. A stage's pass replays the blocks before it, stops after its block and
-    records that block's output, so the caller may change the stage's layers (quantize, fold) before
-    the next stage is computed: later stages see the block as it was recorded."""
+    the model's blocks replay (``block_stages``; ``units``: key -> its layer names, all in one block or
+    all outside the stack, which come last), else once for every unit. A stage's pass replays the
+    blocks before it, stops after its block and records that block's output, so the caller may change
+    the stage's layers (quantize, fold) before the next stage is computed: later stages see the block
+    as it was recorded."""
     fwd = forward_fn or _call_model
 
     def run(batch: Any) -> Any:
@@ -337,11 +338,20 @@ def _stats_by_block(
                 batches,
                 forward_fn,
                 progress=progress and cache is None,
-                around_batch=(lambda i, start=start: cache.recording(i, start))
-                if cache is not None
-                else None,
+                around_batch=_stage_pass(cache, start),
             ),
         )
+
+
+def _stage_pass(cache: BlockCache | None, stage: int) -> Callable[[int], Any] | None:
+    """The context around batch i's statistics pass of a stage (``block_stages``): block ``stage``'s
+    recording (blocks before it replayed, the pass stops after it), or for the last stage (layers
+    after the stack) every block replayed and the rest of the model run."""
+    if cache is None:
+        return None
+    if stage < len(cache.blocks):
+        return lambda i: cache.recording(i, stage)
+    return lambda i: cache.skip(i, stage)
 
 
 def _replace_layer(

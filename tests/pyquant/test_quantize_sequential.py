@@ -337,6 +337,39 @@ def test_one_pass_calibrates_block_by_block(monkeypatch) -> None:
         quantize(tiny_llama(num_hidden_layers=3), cfg, calibration_data=[])
 
 
+def test_layers_after_the_stack_are_a_last_stage(monkeypatch) -> None:
+    """A calibrated layer outside the stack of blocks (a GPTQ lm_head) keeps the block-by-block mode:
+    it is calibrated last, in a pass that replays every block, with the packed weights of one pass."""
+    q = importlib.import_module("pyquant.quantize")
+    batches = [torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    cfg = QuantizeConfig(default=Int4Config(32, symmetric=False, algorithm="gptq"))
+    stage_layers: list[list[str]] = []
+    collect = q._collect_stats
+    block_calls = [0]
+
+    def spy(model, layers, *a, **k):  # noqa: ANN001, ANN202
+        stage_layers.append(sorted(layers))
+        return collect(model, layers, *a, **k)
+
+    monkeypatch.setattr(q, "_collect_stats", spy)
+    model = tiny_llama(num_hidden_layers=3)
+    last = model.model.layers[2].self_attn.q_proj  # called only where block 2 is computed, not replayed
+    last.register_forward_pre_hook(lambda *_: block_calls.__setitem__(0, block_calls[0] + 1))
+    staged = quantize(model, cfg, calibration_data=batches)
+    assert [len(s) for s in stage_layers] == [7, 7, 7, 1] and stage_layers[-1] == ["lm_head"]
+    # the last block is computed when batch 0 is recorded for the replay check and once per batch in
+    # its own stage; the lm_head stage replays it
+    assert block_calls[0] == 1 + len(batches)
+    monkeypatch.setattr(q, "_collect_stats", collect)
+    monkeypatch.setattr(q, "block_stages", lambda model, units, *a: ([(0, list(units))], None))
+    flat = quantize(tiny_llama(num_hidden_layers=3), cfg, calibration_data=batches)
+    for name, m in staged.named_modules():
+        if isinstance(m, Int4Linear):
+            other = flat.get_submodule(name)
+            assert torch.equal(m.qweight, other.qweight) and torch.equal(m.scales, other.scales), name
+    assert isinstance(staged.lm_head, Int4Linear)
+
+
 def test_fingerprint_samples_every_position() -> None:
     """The replay check's reduced reference: on an output larger than its sample budget, a change of
     any one position (what a wrong replay does to a sequence) is seen."""

@@ -268,7 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--candidates",
         action="append",
         default=None,
-        help="comma-separated scheme names (float is always added); default fp8,int4-b128",
+        help="comma-separated scheme names (float is always added); default fp8,int4-b128. AWQ ones "
+        "(e.g. int4-b64-asym-awq-gptq-act) AWQ-scale every planned group first, then keep their final "
+        "quantizer (GPTQ / clipping search) per layer",
     )
     pl.add_argument("-o", "--out", required=True, help="plan file (.json)")
     pl.add_argument(

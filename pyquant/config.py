@@ -183,6 +183,13 @@ class QuantizeConfig:
     them, and each group's statistics come from a pass over the calibration data with every earlier
     group already quantized, so a layer is fitted to the inputs it will see in the quantized model.
     About (groups / 2) forward passes over the calibration data (each pass stops after its group).
+
+    awq_prescale: None, or an Int4Config: AWQ's pre-pass over every layer in scope (``include`` /
+    ``exclude`` / ``filter``, whatever its own config, float included), its scales searched as if the
+    layer were INT4 with this config, before the layers are quantized with their own configs. For
+    mixed-precision plans (``pyquant.planner``), whose groups mix INT4, FP8 and float layers, so that
+    per-layer "awq" algorithms would leave them unscaled; the float function is unchanged. Needs
+    calibration data; exclusive with per-layer "awq" / "awq-gptq" algorithms.
     """
 
     default: LayerConfig = field(default_factory=Int4Config)
@@ -192,8 +199,13 @@ class QuantizeConfig:
     filter: LayerFilter | None = None
     smoothing: float | str | None = None
     sequential: bool = False
+    awq_prescale: Int4Config | None = None
 
     def __post_init__(self) -> None:
+        if self.awq_prescale is not None and not isinstance(self.awq_prescale, Int4Config):
+            raise ValueError(
+                f"QuantizeConfig.awq_prescale must be None or an Int4Config, got {self.awq_prescale!r}"
+            )
         if not isinstance(self.sequential, bool):
             raise ValueError(f"QuantizeConfig.sequential must be a bool, got {self.sequential!r}")
         sm = self.smoothing
@@ -207,6 +219,14 @@ class QuantizeConfig:
         for cfg in [self.default, *self.overrides.values()]:
             if cfg is not None and not isinstance(cfg, (Int4Config, Fp8Config)):
                 raise ValueError(f"layer configs must be Int4Config, Fp8Config or None, got {cfg!r}")
+
+    def in_scope(self, name: str, module: nn.Module) -> bool:
+        """Whether ``include`` / ``exclude`` / ``filter`` admit the layer (overrides and default aside)."""
+        return (
+            any(fnmatch.fnmatchcase(name, p) for p in self.include)
+            and not any(fnmatch.fnmatchcase(name, p) for p in self.exclude)
+            and (self.filter is None or bool(self.filter(name, module)))
+        )
 
     def for_layer(self, name: str, module: nn.Module) -> tuple[LayerConfig, str]:
         """-> (config or None, why) for one layer."""
@@ -234,6 +254,7 @@ class QuantizeConfig:
             "overrides": {k: _layer_to_dict(v) for k, v in self.overrides.items()},
             "smoothing": self.smoothing,
             "sequential": self.sequential,
+            "awq_prescale": _layer_to_dict(self.awq_prescale),
         }
 
 
@@ -262,6 +283,7 @@ def config_from_dict(d: Mapping[str, Any]) -> QuantizeConfig:
         overrides={k: _layer_from_dict(v) for k, v in d.get("overrides", {}).items()},
         smoothing=d.get("smoothing"),
         sequential=d.get("sequential", False),
+        awq_prescale=_layer_from_dict(d.get("awq_prescale")),
     )
 
 

@@ -12,6 +12,7 @@ scores the quantized PyTorch modules instead of ORT, for machines without the op
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 import platform
@@ -25,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from pyquant.config import QuantizeConfig
+from pyquant.config import Int4Config, QuantizeConfig, _layer_to_dict
 from pyquant.export import export
 from pyquant.models import metrics
 from pyquant.models.recipes import ModelRecipe, get_recipe
@@ -513,6 +514,30 @@ def causal_proxy_and_fit_batches(
     return proxy, fit
 
 
+def _awq_candidates(cands: list[Any]) -> tuple[list[Any], Int4Config | None]:
+    """AWQ candidates of a plan (e.g. int4-b64-asym-awq-gptq-act): AWQ cannot be measured per layer
+    (its scales fold into the norm before a whole group), so the plan prescales every planned layer's
+    group once (``QuantizeConfig.awq_prescale``) and the candidate keeps its final quantizer: GPTQ for
+    "awq-gptq", the clipping search for "awq". One AWQ format (block size, symmetry) per plan."""
+    from pyquant.awq import AWQ_ALGORITHMS
+    from pyquant.planner import Candidate
+
+    out, prescale = [], None
+    for c in cands:
+        cfg = c.config
+        if isinstance(cfg, Int4Config) and cfg.algorithm in AWQ_ALGORITHMS:
+            fmt = Int4Config(cfg.block_size, cfg.symmetric, "awq")
+            if prescale is not None and prescale != fmt:
+                raise ValueError(
+                    f"candidate {c.name!r}: a plan's AWQ candidates share one INT4 format; "
+                    f"{fmt.describe()} differs from {prescale.describe()}"
+                )
+            prescale = fmt
+            cfg = dataclasses.replace(cfg, algorithm="gptq" if cfg.algorithm == "awq-gptq" else "mse")
+        out.append(Candidate(c.name, cfg))
+    return out, prescale
+
+
 def plan_model(
     model: str = "smollm2",
     budget: float | str = 0.01,
@@ -550,6 +575,7 @@ def plan_model(
     t0 = time.perf_counter()
     recipe = get_recipe(model)
     cands = resolve_candidates(list(candidates), lambda s: _recipe_layer_config(recipe, s))
+    cands, awq_prescale = _awq_candidates(cands)
     float_model, tok = recipe.load()
     task = _Task(recipe, tok, quick, progress)
     causal = recipe.task == "causal-lm"
@@ -585,6 +611,13 @@ def plan_model(
 
         proxy = "cosine"
 
+    if awq_prescale is not None:
+        # Sensitivities, fits and verification all on the AWQ-scaled float model (the same function);
+        # the plan carries the prescale, so applying it to the float model redoes these scales.
+        from pyquant.awq import awq_model
+
+        awq_model(float_model, task.calibration_data(), {n: awq_prescale for n in layers}, progress=progress)
+
     known = None
     cache = Path(sensitivity_cache) if sensitivity_cache else None
     if cache is not None and cache.is_file():
@@ -592,6 +625,9 @@ def plan_model(
         known = Sensitivity.from_dict(d.get("sensitivity", d))
         if sorted(known.proxy) != sorted(layers):
             log.warning("pyquant plan: %s is for other layers; not reused", cache)
+            known = None
+        elif d.get("awq_prescale") != _layer_to_dict(awq_prescale):
+            log.warning("pyquant plan: %s was measured with another AWQ prescale; not reused", cache)
             known = None
     sens = measure_sensitivity(
         float_model,
@@ -605,7 +641,12 @@ def plan_model(
         progress=progress,
     )
     if cache is not None:
-        cache.write_text(json.dumps({"model": recipe.name, "sensitivity": sens.to_dict()}, indent=1) + "\n")
+        entry = {
+            "model": recipe.name,
+            "awq_prescale": _layer_to_dict(awq_prescale),
+            "sensitivity": sens.to_dict(),
+        }
+        cache.write_text(json.dumps(entry, indent=1) + "\n")
 
     float_value, _ = task.score(metrics.torch_forward(recipe.wrap(float_model)), "float (torch)")
 
@@ -616,6 +657,7 @@ def plan_model(
         return max(1.0 - value / float_value, 1.0 - cos), {"accuracy": value, "cosine_vs_float": cos}
 
     def quantized(qcfg: QuantizeConfig) -> torch.nn.Module:
+        qcfg = dataclasses.replace(qcfg, awq_prescale=None)  # float_model is already scaled
         return quantize(copy.deepcopy(float_model), qcfg, calibration_data=task.calibration_data())
 
     def verify_torch(qcfg: QuantizeConfig) -> Verification:
@@ -653,6 +695,7 @@ def plan_model(
     finally:
         tmp.cleanup()
     plan.float_value = float_value
+    plan.awq_prescale = awq_prescale
     plan.info.update(
         pyquant_version=pyquant.__version__,
         git_commit=commit,

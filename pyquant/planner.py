@@ -41,7 +41,7 @@ from typing import Any
 
 import torch.nn as nn
 
-from pyquant.config import LayerConfig, QuantizeConfig, _layer_from_dict, _layer_to_dict
+from pyquant.config import Int4Config, LayerConfig, QuantizeConfig, _layer_from_dict, _layer_to_dict
 from pyquant.sensitivity import (
     Candidate,
     Sensitivity,
@@ -171,6 +171,9 @@ class Plan:
     predicted: float = 0.0
     within_budget: bool | None = None
     info: dict[str, Any] = field(default_factory=dict)  # version, command, git commit, times
+    # AWQ scales folded into the float model before the layers are quantized (planned with AWQ
+    # candidates): every planned layer's group, searched as INT4 with this config
+    awq_prescale: Int4Config | None = None
 
     def config_of(self, name: str) -> LayerConfig:
         return {c.name: c.config for c in self.candidates}[name]
@@ -185,6 +188,7 @@ class Plan:
             default=None,
             exclude=tuple(self.exclude),
             overrides={n: cfgs[c] for n, c in self.layers.items()},
+            awq_prescale=self.awq_prescale,
         )
 
     def check_model(self, model: nn.Module) -> None:
@@ -250,6 +254,7 @@ class Plan:
             "history": self.history,
             "info": self.info,
             "sensitivity": self.sensitivity.to_dict(),
+            "awq_prescale": _layer_to_dict(self.awq_prescale),
             "config": self.quantize_config().to_dict(),
         }
 
@@ -279,6 +284,7 @@ class Plan:
             predicted=float(d.get("predicted_degradation", 0.0)),
             within_budget=d.get("within_budget"),
             info=dict(d.get("info", {})),
+            awq_prescale=_layer_from_dict(d.get("awq_prescale")),
         )
 
     @classmethod

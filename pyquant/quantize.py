@@ -479,6 +479,20 @@ def quantize(
     awq_layers = {
         n: c for n, (_, c) in chosen.items() if isinstance(c, Int4Config) and c.algorithm in AWQ_ALGORITHMS
     }
+    if qcfg.awq_prescale is not None:
+        if awq_layers:
+            first = next(iter(awq_layers))
+            raise ValueError(
+                f"QuantizeConfig.awq_prescale already scales every layer; layer {first!r} asks for int4 "
+                f"{awq_layers[first].algorithm!r} as well (use 'gptq' / 'mse' with awq_prescale)"
+            )
+        # Every layer in scope, float-planned ones too, so that a group's scales do not depend on
+        # which of its layers a plan quantizes.
+        awq_layers = {
+            n: qcfg.awq_prescale
+            for n, m in modules.items()
+            if n and isinstance(m, nn.Linear) and not isinstance(m, QuantizedLinear) and qcfg.in_scope(n, m)
+        }
     if awq_layers:
         # Model-level pre-pass, like smoothing: groups of layers sharing one input get one scale
         # vector, folded into the op producing that input, before any weight is quantized.

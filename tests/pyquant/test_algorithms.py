@@ -4,6 +4,7 @@ structure, the packed layout against the real ORT op, the AWQ fold, configs, cal
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib
 import logging
 
@@ -350,3 +351,69 @@ def test_calibration_batches_and_quantize_progress(capsys) -> None:
     assert "lin" in q.pyquant_summary.quantized
     err = capsys.readouterr().err
     assert "calibrating" in err and "quantizing" in err
+
+
+def _outlier_llama() -> nn.Module:
+    m = tiny_llama(vocab_size=96, num_hidden_layers=2)
+    with torch.no_grad():
+        for i, layer in enumerate(m.model.layers):
+            layer.input_layernorm.weight[i : i + 3] *= 25.0
+            layer.post_attention_layernorm.weight[10 + i : 12 + i] *= 20.0
+    return m
+
+
+def test_awq_prescale_equals_per_layer_awq_and_covers_mixed_groups() -> None:
+    """QuantizeConfig.awq_prescale: with every layer INT4 it is exactly the per-layer "awq-gptq"
+    (same scales, same packed weights); with groups mixing INT4, FP8 and float layers (a plan) those
+    groups are still scaled, where per-layer AWQ leaves them alone; the float layers' function holds."""
+    batches = [torch.randint(0, 96, (2, 24), generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    per_layer = quantize(
+        _outlier_llama(),
+        QuantizeConfig(default=Int4Config(32, algorithm="awq-gptq"), exclude=["lm_head"]),
+        calibration_data=batches,
+    )
+    pre = quantize(
+        _outlier_llama(),
+        QuantizeConfig(
+            default=Int4Config(32, algorithm="gptq"), exclude=["lm_head"], awq_prescale=Int4Config(32)
+        ),
+        calibration_data=batches,
+    )
+    assert pre.pyquant_summary.awq.groups == per_layer.pyquant_summary.awq.groups
+    for (n, a), (_, b) in zip(pre.named_buffers(), per_layer.named_buffers(), strict=True):
+        assert torch.equal(a, b), n
+
+    mixed = {
+        "model.layers.0.self_attn.q_proj": Fp8Config(0),
+        "model.layers.0.self_attn.k_proj": None,
+        "model.layers.0.mlp.up_proj": Fp8Config(0),
+        "*": Int4Config(32, algorithm="gptq"),
+    }
+    ref = _outlier_llama()
+    plan_like = QuantizeConfig(default=None, exclude=["lm_head"], overrides=mixed)
+    q = quantize(
+        _outlier_llama(),
+        dataclasses.replace(plan_like, awq_prescale=Int4Config(32)),
+        calibration_data=batches,
+    )
+    scaled = q.pyquant_summary.awq.groups
+    assert len(scaled) == len(per_layer.pyquant_summary.awq.groups) and q.pyquant_summary.awq.unscaled == {}
+    # the float-kept k_proj reads the scaled norm with its columns scaled back: the same function
+    ids = batches[0]
+    outs = []
+    for m in (ref, q):
+        h = m.model.layers[0].self_attn.k_proj.register_forward_hook(lambda mod, i, o: outs.append(o))
+        with torch.no_grad():
+            m(ids)
+        h.remove()
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-4, atol=1e-5)
+    cfg = dataclasses.replace(plan_like, awq_prescale=Int4Config(64, symmetric=False))
+    assert config_from_dict(cfg.to_dict()).awq_prescale == Int4Config(64, symmetric=False)
+    with pytest.raises(ValueError, match="awq_prescale already scales every layer"):
+        quantize(
+            _outlier_llama(),
+            QuantizeConfig(default=Int4Config(32, algorithm="awq-gptq"), awq_prescale=Int4Config(32)),
+            calibration_data=batches,
+        )
+    with pytest.raises(ValueError, match="awq_prescale must be None or an Int4Config"):
+        QuantizeConfig(awq_prescale=Fp8Config(0))

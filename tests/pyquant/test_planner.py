@@ -372,3 +372,31 @@ def test_causal_proxy_and_fit_batches() -> None:
     assert len(proxy) == 4 and torch.equal(torch.cat(fit), torch.as_tensor(calib[:3]))
     proxy, fit = causal_proxy_and_fit_batches(calib[:1], 128, 256, batch_size=2)
     assert fit is None and len(proxy) == 2  # one row: cross-fitting on the proxy batches
+
+
+def test_awq_candidates_become_a_prescale(sens, tmp_path) -> None:
+    """A plan's AWQ candidates: one prescale of every planned group (QuantizeConfig.awq_prescale) and
+    the candidate's own final quantizer; the plan file keeps the prescale."""
+    from pyquant.eval import _awq_candidates
+
+    cands = resolve_candidates(
+        ["fp8", Int4Config(64, False, "awq-gptq", act_order=True), Int4Config(64, False, "awq")]
+    )
+    out, pre = _awq_candidates(cands)
+    assert pre == Int4Config(64, symmetric=False, algorithm="awq")
+    assert [c.name for c in out] == [c.name for c in cands]
+    assert out[1].config == Int4Config(64, False, "gptq", act_order=True)
+    assert out[2].config == Int4Config(64, False, "mse") and out[0].config == cands[0].config
+    with pytest.raises(ValueError, match="share one INT4 format"):
+        _awq_candidates(
+            resolve_candidates([Int4Config(64, algorithm="awq"), Int4Config(128, algorithm="awq")])
+        )
+    assert _awq_candidates(resolve_candidates(["fp8", "int4-b32"]))[1] is None
+
+    model, s = sens
+    plan = make_plan(s, 0.01, _verifier(model)[0], model_name="toy", progress=False)
+    plan.awq_prescale = Int4Config(32, algorithm="awq")
+    plan.save(tmp_path / "p.json")
+    loaded = Plan.load(tmp_path / "p.json")
+    assert loaded.awq_prescale == plan.awq_prescale
+    assert loaded.quantize_config(model).awq_prescale == Int4Config(32, algorithm="awq")

@@ -184,12 +184,6 @@ class QuantizeConfig:
     group already quantized, so a layer is fitted to the inputs it will see in the quantized model.
     About (groups / 2) forward passes over the calibration data (each pass stops after its group).
 
-    rotation: None, or "hadamard" / "random": rotate the residual stream of a Llama-family decoder by
-    a seeded orthogonal matrix before anything else (``pyquant.rotation``), so that the INT4 blocks of
-    the layers reading it (q/k/v, gate/up) see Gaussian-like weights; the float model's function is
-    unchanged, and two d x d MatMuls are added (after the embedding, before the final norm).
-    rotation_seed: the seed of that matrix.
-
     awq_prescale: None, or an Int4Config: AWQ's pre-pass over every layer in scope (``include`` /
     ``exclude`` / ``filter``, whatever its own config, float included), its scales searched as if the
     layer were INT4 with this config, before the layers are quantized with their own configs. For
@@ -205,8 +199,6 @@ class QuantizeConfig:
     filter: LayerFilter | None = None
     smoothing: float | str | None = None
     sequential: bool = False
-    rotation: str | None = None
-    rotation_seed: int = 0
     awq_prescale: Int4Config | None = None
 
     def __post_init__(self) -> None:
@@ -214,12 +206,6 @@ class QuantizeConfig:
             raise ValueError(
                 f"QuantizeConfig.awq_prescale must be None or an Int4Config, got {self.awq_prescale!r}"
             )
-        if self.rotation is not None and self.rotation not in ("hadamard", "random"):
-            raise ValueError(
-                f"QuantizeConfig.rotation must be None, 'hadamard' or 'random', got {self.rotation!r}"
-            )
-        if isinstance(self.rotation_seed, bool) or not isinstance(self.rotation_seed, int):
-            raise ValueError(f"QuantizeConfig.rotation_seed must be an int, got {self.rotation_seed!r}")
         if not isinstance(self.sequential, bool):
             raise ValueError(f"QuantizeConfig.sequential must be a bool, got {self.sequential!r}")
         sm = self.smoothing
@@ -268,8 +254,6 @@ class QuantizeConfig:
             "overrides": {k: _layer_to_dict(v) for k, v in self.overrides.items()},
             "smoothing": self.smoothing,
             "sequential": self.sequential,
-            "rotation": self.rotation,
-            "rotation_seed": self.rotation_seed,
             "awq_prescale": _layer_to_dict(self.awq_prescale),
         }
 
@@ -299,8 +283,6 @@ def config_from_dict(d: Mapping[str, Any]) -> QuantizeConfig:
         overrides={k: _layer_from_dict(v) for k, v in d.get("overrides", {}).items()},
         smoothing=d.get("smoothing"),
         sequential=d.get("sequential", False),
-        rotation=d.get("rotation"),
-        rotation_seed=d.get("rotation_seed", 0),
         awq_prescale=_layer_from_dict(d.get("awq_prescale")),
     )
 

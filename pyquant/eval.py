@@ -245,7 +245,6 @@ def _scheme_config(
         if qcfg is None:
             raise ValueError("'float' is the reference; name quantized schemes only")
         desc = qcfg.default.describe() + ("" if qcfg.smoothing is None else f" smoothing {qcfg.smoothing}")
-        desc += "" if qcfg.rotation is None else f" rotation {qcfg.rotation}"
         if tuple(qcfg.include) != ("*",):
             desc += " on " + ", ".join(qcfg.include)
         return item, qcfg, desc, {}

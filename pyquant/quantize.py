@@ -51,7 +51,6 @@ class QuantizeSummary:
     packed_bytes: int = 0  # bytes of their packed replacements
     smoothing: Any = None  # pyquant.smooth.SmoothReport when QuantizeConfig.smoothing was set
     awq: Any = None  # pyquant.awq.AwqReport when a layer used Int4Config(algorithm="awq" | "awq-gptq")
-    rotation: Any = None  # pyquant.rotation.RotationReport when QuantizeConfig.rotation was set
 
     def table(self) -> str:
         rows = [f"{'layer':60s} scheme"]
@@ -464,12 +463,6 @@ def quantize(
     for _, cfg in chosen.values():  # unknown algorithm names fail before any pre-pass mutates the model
         get_weight_quantizer(cfg.scheme, cfg.algorithm)
 
-    if qcfg.rotation is not None:
-        # First of the pre-passes: smoothing and AWQ then work in the rotated basis.
-        from pyquant.rotation import rotate_residual
-
-        summary.rotation = rotate_residual(model, qcfg.rotation, qcfg.rotation_seed)
-
     if qcfg.smoothing is not None:
         if calibration_data is None:
             raise ValueError("QuantizeConfig.smoothing needs calibration_data (pass it to pyquant.quantize)")
@@ -545,7 +538,6 @@ def quantize(
         prev.packed_bytes += summary.packed_bytes
         prev.smoothing = summary.smoothing or prev.smoothing
         prev.awq = summary.awq or prev.awq
-        prev.rotation = summary.rotation or prev.rotation
         summary = prev
     model.pyquant_summary = summary
     log.info("pyquant: quantized %d layers, kept %d in float", len(summary.quantized), len(summary.skipped))
@@ -564,12 +556,7 @@ def save_quantized(model: nn.Module, path: str | Path) -> None:
     layers = {n: _layer_to_dict(m.config) for n, m in quantized_layers(model).items()}
     if not layers:
         raise ValueError("the model has no quantized layers; run pyquant.quantize first")
-    ckpt: dict[str, Any] = {"format": "pyquant-1", "layers": layers, "state_dict": model.state_dict()}
-    summary = getattr(model, "pyquant_summary", None)
-    rotation = getattr(summary, "rotation", None)
-    if rotation is not None:  # load_quantized rebuilds the rotation's two MatMul modules first
-        ckpt["rotation"] = {"kind": rotation.kind, "seed": rotation.seed}
-    torch.save(ckpt, str(path))
+    torch.save({"format": "pyquant-1", "layers": layers, "state_dict": model.state_dict()}, str(path))
 
 
 def load_quantized(model: nn.Module, path: str | Path, strict: bool = True) -> nn.Module:
@@ -577,11 +564,6 @@ def load_quantized(model: nn.Module, path: str | Path, strict: bool = True) -> n
     ckpt = torch.load(str(path), map_location="cpu", weights_only=True)
     if not isinstance(ckpt, dict) or ckpt.get("format") != "pyquant-1":
         raise ValueError(f"{path}: not a pyquant checkpoint (see pyquant.save_quantized)")
-    rotation = None
-    if ckpt.get("rotation") is not None:
-        from pyquant.rotation import rotate_residual
-
-        rotation = rotate_residual(model, ckpt["rotation"]["kind"], int(ckpt["rotation"]["seed"]))
     for name, d in ckpt["layers"].items():
         cfg = _layer_from_dict(d)
         try:
@@ -600,6 +582,6 @@ def load_quantized(model: nn.Module, path: str | Path, strict: bool = True) -> n
         setattr(parent, attr, new)
     model.load_state_dict(ckpt["state_dict"], strict=strict)
     model.pyquant_summary = QuantizeSummary(
-        quantized={n: _layer_from_dict(d) for n, d in ckpt["layers"].items()}, rotation=rotation
+        quantized={n: _layer_from_dict(d) for n, d in ckpt["layers"].items()}
     )
     return model

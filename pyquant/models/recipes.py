@@ -15,8 +15,6 @@ Scheme names (``ModelRecipe.quantize_config(scheme)``):
   ...-gptq                   GPTQ error-compensating weight rounding (calibration data), FP8 or INT4,
                              e.g. fp8-gptq, int4-b128-gptq; INT4 only: -gptq-act with act-order
   ...-mse                    INT4 per-block clipping (scale) search, no calibration, e.g. int4-b128-mse
-  ...-rot                    rotate the residual stream of a Llama-family decoder first
-                             (QuantizeConfig.rotation "hadamard", pyquant.rotation), e.g. int4-b64-rot-gptq
   ...-awq[-gptq]             INT4 AWQ activation-aware scaling folded into the preceding norm / linear
                              (calibration data), then the clipping search (-awq) or GPTQ (-awq-gptq)
   ...-seq                    sequential calibration (QuantizeConfig.sequential): each layer group's statistics
@@ -24,8 +22,7 @@ Scheme names (``ModelRecipe.quantize_config(scheme)``):
   ...-sq<alpha> / -sqauto    SmoothQuant-style smoothing folded into the float model before quantizing
                              (pyquant.smooth), e.g. fp8-sq0.3, fp8-channel-gptq-sqauto; -sqnone: no smoothing
 
-Suffix order: <format>[-a8][-mlp][-rot][-awq][-gptq|-mse][-act][-seq][-sq...], e.g.
-int4-b64-asym-a8-mlp-awq-gptq.
+Suffix order: <format>[-a8][-mlp][-awq][-gptq|-mse][-act][-seq][-sq...], e.g. int4-b64-asym-a8-mlp-awq-gptq.
 """
 
 from __future__ import annotations
@@ -125,30 +122,28 @@ class ModelRecipe:
 
     def quantize_config(self, scheme: str) -> QuantizeConfig | None:
         m = re.fullmatch(
-            r"(.*?)(-rot)?(-awq)?(-gptq|-mse)?(-act)?(-seq)?(?:-sq(auto|none|\d*\.?\d+))?",
-            scheme.strip().lower(),
+            r"(.*?)(-awq)?(-gptq|-mse)?(-act)?(-seq)?(?:-sq(auto|none|\d*\.?\d+))?", scheme.strip().lower()
         )
         assert m is not None
-        base, rot, awq, algo, act, seq, sq = (m.group(i) for i in range(1, 8))
+        base, awq, algo, act, seq, sq = (m.group(i) for i in range(1, 7))
         include: tuple[str, ...] = ("*",)
         if base.endswith("-mlp"):
             if not self.mlp_layers:
                 raise ValueError(f"scheme {scheme!r}: recipe {self.name!r} defines no MLP layers for -mlp")
             base, include = base[: -len("-mlp")], self.mlp_layers
         if re.search(rf"{_A8}(?=-|$)", scheme.strip().lower()) and (
-            not base.endswith(_A8) or re.search(r"-(mlp|rot|awq|gptq|mse|act|seq|sq[^-]*)(?=-|$)", base)
+            not base.endswith(_A8) or re.search(r"-(mlp|awq|gptq|mse|act|seq|sq[^-]*)(?=-|$)", base)
         ):
             raise ValueError(
                 f"scheme {scheme!r}: -a8 goes right after the INT4 format, before -mlp and the algorithm "
-                "suffixes: int4[-b<bs>][-asym][-a8][-mlp][-rot][-awq][-gptq|-mse][-act][-seq][-sq...], "
+                "suffixes: int4[-b<bs>][-asym][-a8][-mlp][-awq][-gptq|-mse][-act][-seq][-sq...], "
                 "e.g. int4-b64-a8-gptq"
             )
         cfg = parse_scheme(base, self.schemes)
         if cfg is None:
-            if rot or awq or algo or act or seq or sq:
+            if awq or algo or act or seq or sq:
                 raise ValueError(
-                    f"scheme {scheme!r}: -rot / -awq / -gptq / -mse / -act / -seq / -sq need a quantized "
-                    "scheme"
+                    f"scheme {scheme!r}: -awq / -gptq / -mse / -act / -seq / -sq need a quantized scheme"
                 )
             return None
         if act and algo != "-gptq":
@@ -172,7 +167,6 @@ class ModelRecipe:
             exclude=self.keep_float,
             smoothing=smoothing,
             sequential=bool(seq),
-            rotation="hadamard" if rot else None,
         )
 
     def load(self) -> tuple[nn.Module, Any]:

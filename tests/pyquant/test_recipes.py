@@ -70,17 +70,3 @@ def test_a8_unknown_scheme_message_lists_the_suffix():
 
     with pytest.raises(ValueError, match=r"unknown scheme 'int4-a8-a8'.*int4-b<bs>\[-asym\]\[-a8\]"):
         parse_scheme("int4-a8-a8")
-
-
-def test_rot_suffix_sets_the_residual_rotation():
-    recipe = get_recipe("smollm2")
-    cfg = recipe.quantize_config("int4-b64-asym-rot-gptq-act")
-    assert cfg.rotation == "hadamard" and cfg.default == Int4Config(
-        64, symmetric=False, algorithm="gptq", act_order=True
-    )
-    assert recipe.quantize_config("int4-a8-mlp-rot-awq").rotation == "hadamard"
-    assert recipe.quantize_config("int4-b64-gptq").rotation is None
-    with pytest.raises(ValueError, match="-rot / -awq"):
-        recipe.quantize_config("float-rot")
-    with pytest.raises(ValueError, match="unknown scheme"):
-        recipe.quantize_config("int4-gptq-rot")  # suffix order

@@ -18,7 +18,8 @@ tokens (8 x 512 wiki tokens, the ones ``pyquant eval`` scores).
 
 ``run`` imports only numpy and onnxruntime: per model, where ORT placed the nodes, the perplexity
 (exp of the mean next-token NLL over positions 1..511 of each sequence, batches of 2, float64
-log-softmax: ``pyquant.models.metrics.perplexity``) and the latency of one 2 x 512 batch.
+log-softmax: ``pyquant.models.metrics.perplexity``) and the latency of one forward per ``--shapes``
+batch shape (default 2 x 512; inputs bound on the device, no KV cache).
 """
 
 from __future__ import annotations
@@ -75,10 +76,19 @@ def prepare(args: argparse.Namespace) -> int:
     entries = []
     with tempfile.TemporaryDirectory(prefix="pyquant-smollm2-") as tmp:
         for scheme in args.schemes:
-            cfg = recipe.quantize_config(scheme)
-            torch.set_num_threads(1)  # the algorithms' small ops lose to OpenMP synchronisation
-            q = quantize(copy.deepcopy(model), cfg, calibration_data=task.calibration_data())
-            torch.set_num_threads(2)
+            if scheme.startswith("plan:"):  # a plan file from `pyquant plan --model smollm2`
+                from pyquant.planner import Plan
+
+                plan_path = scheme[len("plan:") :]
+                cfg = Plan.load(plan_path).quantize_config(model)
+                scheme = "plan-" + Path(plan_path).stem
+            else:
+                cfg = recipe.quantize_config(scheme)  # None for "float"
+            q = copy.deepcopy(model)
+            if cfg is not None:
+                torch.set_num_threads(1)  # the algorithms' small ops lose to OpenMP synchronisation
+                q = quantize(q, cfg, calibration_data=task.calibration_data())
+                torch.set_num_threads(2)
             q = recipe.wrap(q).to(torch.float16).eval()
             name = f"smollm2-{scheme}-float16"
             rep = export(q, _example_inputs(), Path(tmp) / f"{name}.onnx")
@@ -87,7 +97,7 @@ def prepare(args: argparse.Namespace) -> int:
                 {
                     "name": name,
                     "scheme": scheme,
-                    "config": cfg.default.describe(),
+                    "config": "float" if cfg is None else _describe(cfg),
                     "pyquant_ops": verify_onnx_model(rep.path),
                     "export_bytes": rep.file_bytes,
                 }
@@ -115,6 +125,16 @@ def prepare(args: argparse.Namespace) -> int:
         print(f"  {k:40s} {v / 2**20:8.2f} MiB")
     print(f"prepare: {time.perf_counter() - t0:.0f} s", flush=True)
     return 0
+
+
+def _describe(cfg: Any) -> str:
+    if cfg.default is not None:
+        return cfg.default.describe()
+    kinds: dict[str, int] = {}
+    for c in cfg.overrides.values():
+        k = "float" if c is None else c.describe()
+        kinds[k] = kinds.get(k, 0) + 1
+    return "plan: " + ", ".join(f"{k} x {n}" for k, n in kinds.items())
 
 
 def _log_softmax_at(logits: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -154,7 +174,8 @@ def run(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             feeds = {"input_ids": ids[:bs], "attention_mask": np.ones_like(ids[:bs])}
             place = _placement(ort, path, lib, args.provider, args.threads, feeds, Path(tmp))
-        lat = _latency(ort, sess, args.provider, (bs, ids.shape[1]), args.warmup, args.runs)
+        shapes = [tuple(int(v) for v in sh.split("x")) for sh in args.shapes.split(",")]
+        lat = [_latency(ort, sess, args.provider, sh, args.warmup, args.runs) for sh in shapes]
         results.append(
             {
                 **{k: e[k] for k in ("name", "scheme", "config")},
@@ -180,17 +201,20 @@ def run(args: argparse.Namespace) -> int:
     }
     Path(args.out).write_text(json.dumps(o, indent=1) + "\n")
     rows = [
-        "| model | config | perplexity | vs float32 torch | 2 x 512 ms | pyquant nodes |",
+        "| model | config | perplexity | vs float32 torch | ms at "
+        + args.shapes.replace(",", " / ")
+        + " | pyquant nodes |",
         "|---|---|---|---|---|---|",
     ]
     for r in results:
         if "skipped" in r:
             rows.append(f"| {r['name']} | skipped: {r['skipped']} | | | | |")
             continue
+        ms = " / ".join(format(x["median_ms"], ".2f") for x in r["latency"])
         rows.append(
             f"| {r['name']} | {r['config']} | {r['perplexity']:.4f} "
             f"| {r['delta_pct_vs_float32_torch']:+.2f} % "
-            f"| {r['latency']['median_ms']:.2f} | {r['pyquant_nodes']} |"
+            f"| {ms} | {r['pyquant_nodes']} |"
         )
     md = [
         "# SmolLM2-135M on ONNX Runtime's CUDA EP: the recipe's INT4 and FP8 (float16 activations)",
@@ -213,7 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("prepare")
     p.add_argument("--out", default=".device/smollm2")
-    p.add_argument("--schemes", nargs="+", default=["int4", "fp8"])
+    p.add_argument(
+        "--schemes", nargs="+", default=["int4", "fp8"], help="recipe schemes, float, or plan:<plan.json>"
+    )
     p.add_argument(
         "--float-perplexity",
         type=float,
@@ -229,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--threads", type=int, default=0)
     r.add_argument("--warmup", type=int, default=5)
     r.add_argument("--runs", type=int, default=20)
+    r.add_argument("--shapes", default="2x512", help="latency batch shapes BxL, comma-separated")
     args = ap.parse_args(argv)
     return prepare(args) if args.cmd == "prepare" else run(args)
 

@@ -220,13 +220,17 @@ class QuantizeConfig:
             if cfg is not None and not isinstance(cfg, (Int4Config, Fp8Config)):
                 raise ValueError(f"layer configs must be Int4Config, Fp8Config or None, got {cfg!r}")
 
-    def in_scope(self, name: str, module: nn.Module) -> bool:
-        """Whether ``include`` / ``exclude`` / ``filter`` admit the layer (overrides and default aside)."""
-        return (
-            any(fnmatch.fnmatchcase(name, p) for p in self.include)
-            and not any(fnmatch.fnmatchcase(name, p) for p in self.exclude)
-            and (self.filter is None or bool(self.filter(name, module)))
-        )
+    def out_of_scope(self, name: str, module: nn.Module) -> str | None:
+        """Why ``include`` / ``exclude`` / ``filter`` keep the layer out (overrides and default aside),
+        or None when they admit it."""
+        if not any(fnmatch.fnmatchcase(name, p) for p in self.include):
+            return "not matched by include"
+        for p in self.exclude:
+            if fnmatch.fnmatchcase(name, p):
+                return f"excluded by {p!r}"
+        if self.filter is not None and not self.filter(name, module):
+            return "rejected by filter"
+        return None
 
     def for_layer(self, name: str, module: nn.Module) -> tuple[LayerConfig, str]:
         """-> (config or None, why) for one layer."""
@@ -235,14 +239,8 @@ class QuantizeConfig:
         for pattern, cfg in self.overrides.items():
             if fnmatch.fnmatchcase(name, pattern):
                 return cfg, f"override {pattern!r}"
-        if not any(fnmatch.fnmatchcase(name, p) for p in self.include):
-            return None, "not matched by include"
-        for p in self.exclude:
-            if fnmatch.fnmatchcase(name, p):
-                return None, f"excluded by {p!r}"
-        if self.filter is not None and not self.filter(name, module):
-            return None, "rejected by filter"
-        return self.default, "default"
+        why = self.out_of_scope(name, module)
+        return (None, why) if why is not None else (self.default, "default")
 
     def to_dict(self) -> dict[str, Any]:
         if self.filter is not None:

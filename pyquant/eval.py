@@ -615,8 +615,14 @@ def plan_model(
         # Sensitivities, fits and verification all on the AWQ-scaled float model (the same function);
         # the plan carries the prescale, so applying it to the float model redoes these scales.
         from pyquant.awq import awq_model
+        from pyquant.quantize import awq_prescale_layers
 
-        awq_model(float_model, task.calibration_data(), {n: awq_prescale for n in layers}, progress=progress)
+        # The scope of the plan's own QuantizeConfig (Plan.quantize_config: exclude = keep_float), so
+        # the scales measured here are the ones applying the plan computes.
+        scope = QuantizeConfig(default=None, exclude=recipe.keep_float, awq_prescale=awq_prescale)
+        awq_model(
+            float_model, task.calibration_data(), awq_prescale_layers(float_model, scope), progress=progress
+        )
 
     known = None
     cache = Path(sensitivity_cache) if sensitivity_cache else None

@@ -486,13 +486,7 @@ def quantize(
                 f"QuantizeConfig.awq_prescale already scales every layer; layer {first!r} asks for int4 "
                 f"{awq_layers[first].algorithm!r} as well (use 'gptq' / 'mse' with awq_prescale)"
             )
-        # Every layer in scope, float-planned ones too, so that a group's scales do not depend on
-        # which of its layers a plan quantizes.
-        awq_layers = {
-            n: qcfg.awq_prescale
-            for n, m in modules.items()
-            if n and isinstance(m, nn.Linear) and not isinstance(m, QuantizedLinear) and qcfg.in_scope(n, m)
-        }
+        awq_layers = awq_prescale_layers(model, qcfg)
     if awq_layers:
         # Model-level pre-pass, like smoothing: groups of layers sharing one input get one scale
         # vector, folded into the op producing that input, before any weight is quantized.
@@ -542,6 +536,21 @@ def quantize(
     model.pyquant_summary = summary
     log.info("pyquant: quantized %d layers, kept %d in float", len(summary.quantized), len(summary.skipped))
     return model
+
+
+def awq_prescale_layers(model: nn.Module, qcfg: QuantizeConfig) -> dict[str, Int4Config]:
+    """The layers ``QuantizeConfig.awq_prescale`` scales, each with that config: every float nn.Linear
+    in scope, float-planned ones too, so that a group's scales do not depend on which of its layers a
+    plan quantizes (``pyquant.eval.plan_model`` measures its candidates on the same scaling)."""
+    assert qcfg.awq_prescale is not None
+    return {
+        n: qcfg.awq_prescale
+        for n, m in model.named_modules()
+        if n
+        and isinstance(m, nn.Linear)
+        and not isinstance(m, QuantizedLinear)
+        and qcfg.out_of_scope(n, m) is None
+    }
 
 
 def quantized_layers(model: nn.Module) -> dict[str, Int4Linear | Fp8Linear]:

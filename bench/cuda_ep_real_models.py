@@ -138,6 +138,23 @@ def _externalize(models: dict[str, Any], out: Path) -> dict[str, list[str]]:
     return files
 
 
+def write_models(
+    protos: dict[str, Any], entries: list[dict], arrays: dict[str, np.ndarray], out: Path, check: bool = False
+) -> dict[str, int]:
+    """The end of a prepare step: the models' ONNX files with shared / own external data
+    (``_externalize``), each entry's ``files``, the arrays in data.npz; -> bytes per file written
+    (the manifest aside). ``check``: onnx.checker on every written model."""
+    import onnx
+
+    files = _externalize(protos, out)
+    for e in entries:
+        e["files"] = files[e["name"]]
+        if check:
+            onnx.checker.check_model(str(out / f"{e['name']}.onnx"))
+    np.savez_compressed(out / DATA, **arrays)
+    return {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file() and p.name != MANIFEST}
+
+
 def prepare(args: argparse.Namespace) -> int:
     import copy
 
@@ -234,12 +251,7 @@ def prepare(args: argparse.Namespace) -> int:
             )
             print(f"prepare: {name}: {rep}", flush=True)
             del q
-    files = _externalize(protos, out)
-    for e in entries:
-        e["files"] = files[e["name"]]
-        onnx.checker.check_model(str(out / f"{e['name']}.onnx"))
-    np.savez_compressed(out / DATA, **arrays)
-    sizes = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file() and p.name != MANIFEST}
+    sizes = write_models(protos, entries, arrays, out, check=True)
     manifest = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),

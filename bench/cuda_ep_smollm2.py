@@ -38,16 +38,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cuda_ep_real_models import (  # noqa: E402
+    DATA,
+    MANIFEST,
     _build_info,
     _device_name,
-    _externalize,
     _latency,
     _placement,
     _session,
+    write_models,
 )
-
-DATA = "data.npz"
-MANIFEST = "manifest.json"
 
 
 def prepare(args: argparse.Namespace) -> int:
@@ -104,11 +103,7 @@ def prepare(args: argparse.Namespace) -> int:
             )
             print(f"prepare: {name}: {rep}", flush=True)
             del q
-    files = _externalize(protos, out)
-    for e in entries:
-        e["files"] = files[e["name"]]
-    np.savez_compressed(out / DATA, ids=ids)
-    sizes = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file() and p.name != MANIFEST}
+    sizes = write_models(protos, entries, {"ids": ids}, out)
     manifest = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),

@@ -581,8 +581,9 @@ sm90::Int4GemmArgs Sm90Args(const MatMulInt4Problem& p, const Int4Sm90Prepared* 
   if (sm90) {
     a.b_shuffled = static_cast<const uint8_t*>(sm90->b_shuffled);
     a.sched = sm90->sched;
-    // auto: CUTLASS's stream-K heuristic.
+    // auto: CUTLASS's stream-K heuristic, or data-parallel on short K loops (Int4GemmArgs).
     if (sm90->decomposition_auto) a.sched.decomposition = 0;
+    a.decomposition_auto = sm90->decomposition_auto;
   }
   return a;
 }
@@ -644,9 +645,10 @@ Int4Path ChooseInt4Path(const MatMulInt4Problem& p, int64_t tiled_min_m, const I
   } else {
     const auto& a = p.attrs;
 #if PYQUANT_WITH_SM90
-    const int64_t sm90_min_m = sm90 == nullptr                   ? 0
-                               : a.n * a.k >= (int64_t{1} << 25) ? std::min(sm90->min_m, sm90->min_m_large)
-                                                                 : sm90->min_m;
+    const int64_t sm90_min_m = sm90 == nullptr                    ? 0
+                               : a.n * a.k >= (int64_t{1} << 25)  ? std::min(sm90->min_m, sm90->min_m_large)
+                               : a.n * a.k < kInt4SmallLayerElems ? sm90->min_m_small
+                                                                  : sm90->min_m;
     const bool narrow_mid = sm90 != nullptr && sm90->narrow_rules && !sm90->b_in_place && p.m <= 64 &&
                             p.m >= sm90_min_m && Aligned16(p.x) && Aligned16(p.b) &&
                             NarrowRuleFor(p) != NarrowRule::kNone;

@@ -78,6 +78,22 @@ def test_int4_sm90_from_m1(rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("bs", [64, 128])
+@pytest.mark.parametrize("kn", [(576, 576), (1536, 576), (576, 192)])
+def test_int4_small_layer_default_dispatch(rng, dtype, bs, kn):
+    """Small layers (N * K < 2^22: SmolLM2's shapes) on the op's default dispatch: the small-M kernels
+    through M = 64, above it the Hopper GEMM, data-parallel where its K loop is short and its tiles
+    fit one wave (576), stream-K otherwise. K = 576 ends in a partial 128-block."""
+    k, n = kn
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, False, True)
+    sess = _sm90_session(model, min_m=None)
+    _check_int4(sess, rng, [1, 8, 49, 64, 65, 128, 300, 1024], k, n, bs, dtype, b, scales_t, zp, bias_t)
+    x = _as_t(rng.standard_normal((128, k)), dtype)
+    y0 = run_cuda(sess, x, n, dtype)
+    np.testing.assert_array_equal(run_cuda(sess, x, n, dtype), y0)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_int4_sm90_deterministic(rng, dtype):
     """Stream-K reduces partial tiles in a fixed order: the same input gives the same bits."""
     if not _hopper_gemm_active():

@@ -47,6 +47,10 @@ struct Int4GemmArgs {
   // Stream-K scheduler knobs (PYQUANT_INT4_SM90_DECOMP / _SPLITS / _REDUCE / _RASTER / _SWIZZLE);
   // all-zero: CUTLASS's heuristic, deterministic reduction.
   Sm90SchedulerTuning sched;
+  // The op's default scheduling (no PYQUANT_INT4_SM90_DECOMP): data-parallel where the K loop is
+  // short and the output tiles fit one wave (Int4Gemm::MakeArguments, kDataParallelMaxKTiles), else
+  // sched (CUTLASS's stream-K heuristic).
+  bool decomposition_auto = false;
   Sm90LaunchControl launch;  // PDL after the previous kernel (no pre_launch)
 };
 

@@ -165,6 +165,11 @@ METHOD_ENV = {
     **{f"pyquant_int4_from{m}": {"PYQUANT_INT4_SM90_MIN_M": str(m)} for m in (17, 33, 49, 65, 129, 257)},
     "pyquant_int4_tiled": {"PYQUANT_INT4_TILED_MIN_M": "0", **_NO_SM90},
     "pyquant_int4_portable": _NO_SM90,
+    # the small-M (mid) kernels at every M, in grid rows of 64 tokens (no tiled kernel, no Hopper GEMM)
+    "pyquant_int4_midall": {"PYQUANT_INT4_TILED_MIN_M": str(1 << 40), **_NO_SM90},
+    # the session-30 default on layers with N * K < 2^25: the Hopper GEMM from M = 49, CUTLASS's
+    # stream-K heuristic (session 31 made small layers data-parallel and kept M <= 64 off the GEMM)
+    "pyquant_int4_s30": {"PYQUANT_INT4_SM90_MIN_M": "49", "PYQUANT_INT4_SM90_DECOMP": "heuristic"},
     "pyquant_int4_sm90all": {"PYQUANT_INT4_SM90_MIN_M": "1"},
     **{
         f"pyquant_int4_{t}": {"PYQUANT_INT4_SM90_TILE": t}

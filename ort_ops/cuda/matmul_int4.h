@@ -32,8 +32,8 @@ namespace pyquant {
 // tiled kernel runs without split-K and the sm90 GEMM is not used.
 constexpr int64_t kInt4TiledMinM = 65;
 constexpr int64_t kInt4Sm90MinM = 49;
-constexpr int64_t kInt4Sm90MinMSmall = 65;
-constexpr int64_t kInt4SmallLayerElems = int64_t{1} << 22;  // N * K below this: Int4Sm90Prepared::min_m_small
+// Short rows (K <= kInt4MidRowsMaxK): see Int4Sm90Prepared::mid_rows_rule.
+constexpr int64_t kInt4MidRowsMaxK = 2048;
 // The wide kernel's K split: the smallest of 1, 2, 4, 8 whose grid reaches wide_fill CTAs per 100
 // SMs (each rank keeping >= 4 chunks). Nsight Compute on 4096 x 14336, M = 1
 // (bench/results/2026-11-24-h100-s11-wide3-ncu-m1.txt): at 75, 112 CTAs, 8 warps per SM, issue-bound
@@ -88,11 +88,16 @@ struct Int4Sm90Prepared {
   Int4ShufKnobs shuf;
   int64_t min_m = kInt4Sm90MinM;
   int64_t min_m_large = 17;
-  // Small layers (N * K < kInt4SmallLayerElems) keep the small-M kernels through M = 64 instead (the
-  // Hopper GEMM from min_m_small). H100, session 31 (bench/results/2026-11-27-h100-s31-small-split-bench-cuda.md,
-  // M = 64, K x N): 576 x 576 6.1 us vs 9.4 (6.9 data-parallel), 576 x 1536 6.4 vs 9.6, 1536 x 576
-  // 10.0 vs 12.5, 576 x 192 6.0 vs 9.2; on 4096 x 4096 both 21 us.
-  int64_t min_m_small = kInt4Sm90MinMSmall;
+  // Small layers with short rows (K <= kInt4MidRowsMaxK) from M = kInt4Sm90MinM on: the default mid
+  // kernel in grid rows of 64 tokens, in place of the Hopper GEMM (or the tiled kernel), while that
+  // grid (ceil(N / 32) x ceil(M / 64) CTAs) fits one wave of SMs (matmul_int4_impl.cu, MidRowsRule).
+  // H100, session 31 (bench/results/2026-11-27-h100-s31-small-default-bench-cuda.md, column midall
+  // against the GEMM, us, K x N): 576 x 576 at M = 128 / 256 6.2 / 6.3 vs 8.0 / 8.0 (torch fp16 3.1);
+  // 1536 x 576 10.0 / 10.0 vs 14.5 / 14.6; 2048 x 2048 at M = 64 / 128 11.5 / 11.9 vs 15.5 / 19.1;
+  // 576 x 192 at M = 1024 6.3 vs 10.6. Past one wave it loses (576 x 1536 at M = 256: 12.2 vs 8.5).
+  // Off when PYQUANT_INT4_SM90_MIN_M or PYQUANT_INT4_TILED_MIN_M is set (tests and benchmarks that
+  // pin a path).
+  bool mid_rows_rule = true;
   // Narrow layers keep the small-M kernel up to M = 64 instead of this GEMM: its cluster K split
   // or its two-row variant 9 (matmul_int4_impl.cu, NarrowRuleFor); false under
   // PYQUANT_INT4_MID_VARIANT=nosplit.

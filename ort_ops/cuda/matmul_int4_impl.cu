@@ -638,22 +638,33 @@ bool StagedAboveM64(const MatMulInt4Problem& p, int mid_variant, int64_t staged_
   return g.row_bytes == g.k / 2 && PlanInt4Staged(kInt4StagedAuto, g).ok;
 }
 
+// Int4Sm90Prepared::mid_rows_rule (session 31): short rows, M past the small-M range, and the mid
+// kernel's grid of 64-token rows within one wave of SMs.
+bool MidRowsRule(const MatMulInt4Problem& p) {
+  if (p.m < kInt4Sm90MinM || p.attrs.k > kInt4MidRowsMaxK) return false;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  const dim3 grid = SmallMGrid(MakeInt4Geom(p.m, p.attrs), 4, 4);
+  return int64_t(grid.x) * grid.y <= CudaSmCount(dev);
+}
+
 template <typename T>
 Int4Path ChooseInt4Path(const MatMulInt4Problem& p, int64_t tiled_min_m, const Int4Sm90Prepared* sm90 = nullptr) {
   if constexpr (std::is_same<T, float>::value) {
     return Int4Path::kRef;  // float32 X: no fp32 tensor-core path (yet)
   } else {
     const auto& a = p.attrs;
+    bool mid_rows = false;  // Int4Sm90Prepared::mid_rows_rule
 #if PYQUANT_WITH_SM90
-    const int64_t sm90_min_m = sm90 == nullptr                    ? 0
-                               : a.n * a.k >= (int64_t{1} << 25)  ? std::min(sm90->min_m, sm90->min_m_large)
-                               : a.n * a.k < kInt4SmallLayerElems ? sm90->min_m_small
-                                                                  : sm90->min_m;
+    const int64_t sm90_min_m = sm90 == nullptr                   ? 0
+                               : a.n * a.k >= (int64_t{1} << 25) ? std::min(sm90->min_m, sm90->min_m_large)
+                                                                 : sm90->min_m;
     const bool narrow_mid = sm90 != nullptr && sm90->narrow_rules && !sm90->b_in_place && p.m <= 64 &&
                             p.m >= sm90_min_m && Aligned16(p.x) && Aligned16(p.b) &&
                             NarrowRuleFor(p) != NarrowRule::kNone;
-    if (sm90 != nullptr && sm90->scales_t != nullptr && p.m >= sm90_min_m && !narrow_mid && Sm90ShapeOk<T>(p) &&
-        sm90::Int4GemmSupported(Sm90Args<T>(p, sm90), std::is_same<T, __nv_bfloat16>::value)) {
+    mid_rows = sm90 != nullptr && sm90->mid_rows_rule && !sm90->b_in_place && MidRowsRule(p);
+    if (sm90 != nullptr && sm90->scales_t != nullptr && p.m >= sm90_min_m && !narrow_mid && !mid_rows &&
+        Sm90ShapeOk<T>(p) && sm90::Int4GemmSupported(Sm90Args<T>(p, sm90), std::is_same<T, __nv_bfloat16>::value)) {
       return Int4Path::kSm90;
     }
 #endif
@@ -662,7 +673,7 @@ Int4Path ChooseInt4Path(const MatMulInt4Problem& p, int64_t tiled_min_m, const I
     if (!Aligned16(p.x) || !Aligned16(p.b)) return Int4Path::kRef;
     if (p.m * a.k >= (int64_t{1} << 31) || p.m * a.n >= (int64_t{1} << 31)) return Int4Path::kRef;
     if (p.m / kTileM > 65535) return Int4Path::kRef;
-    if (p.m >= tiled_min_m) return Int4Path::kTiled;
+    if (p.m >= tiled_min_m && !mid_rows) return Int4Path::kTiled;
     if (p.m <= 8) return Int4Path::kSmallM8;
     if (p.m <= 16) return Int4Path::kSmallM16;
     if (p.m <= 32) return Int4Path::kSmallM32;

@@ -63,8 +63,9 @@ class MatMulInt4Cuda final : public Kernel {
     pdl_setting_ = CudaPdlSetting();
     sm90_.min_m = CudaInt4Sm90MinM();
     sm90_ = CudaInt4Sm90Knobs(sm90_);
-    sm90_.narrow_rules = mid_variant_ != kInt4MidNoKSplit;  // "nosplit": the GEMM from its own min M
-    if (sm90_.min_m != kInt4Sm90MinM) sm90_.min_m_large = sm90_.min_m_small = sm90_.min_m;  // an explicit setting wins
+    sm90_.narrow_rules = mid_variant_ != kInt4MidNoKSplit;              // "nosplit": the GEMM from its own min M
+    if (sm90_.min_m != kInt4Sm90MinM) sm90_.min_m_large = sm90_.min_m;  // an explicit setting wins
+    sm90_.mid_rows_rule = sm90_.min_m == kInt4Sm90MinM && tiled_min_m_ == kInt4TiledMinM;
     sm90_.shuf.variant = EnvInt("PYQUANT_INT4_SHUF_VARIANT", -1);
     sm90_.shuf.wide_fill = EnvInt("PYQUANT_INT4_WIDE_FILL", kInt4ShuffledWideFill);
     sm90_.shuf.x_ahead = EnvInt("PYQUANT_INT4_SHUF_XAHEAD", -1);
@@ -221,8 +222,7 @@ class MatMulInt4Cuda final : public Kernel {
   // ORT hands us other scale / zero-point buffers. Caller holds mu_.
   const Int4Sm90Prepared* PreparedSm90(const MatMulInt4Problem& p, cudaStream_t stream) {
     if (!scales_constant_ || (p.zero_points != nullptr && !zp_constant_)) return nullptr;
-    if (p.m < std::min({sm90_.min_m, sm90_.min_m_large, sm90_.min_m_small}) || !MatMulInt4Sm90Candidate<T>(p))
-      return nullptr;
+    if (p.m < std::min(sm90_.min_m, sm90_.min_m_large) || !MatMulInt4Sm90Candidate<T>(p)) return nullptr;
     // The shuffled weight copy only from a constant B (made once, like scales_t / zeros_t).
     const bool b_copy = b_constant_;
     if (prepared_for_scales_ != p.scales || prepared_for_zp_ != p.zero_points || (b_copy && prepared_for_b_ != p.b)) {

@@ -160,3 +160,16 @@ def test_int4_mid_default_narrow(rng, dtype, symmetric, mid, kn):
     sess = _session(model, env={"PYQUANT_INT4_MID_VARIANT": mid} if mid else None)
     m_list = [3, 4, 5, 7, 8, 9, 16, 17, 32, 33, 48, 49, 64, 65]
     _check_int4(sess, rng, m_list, k, n, 128, dtype, b, scales_t, zp, bias_t)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("bs", [64, 128])
+@pytest.mark.parametrize("kn", [(576, 576), (1536, 576), (2048, 2048), (1000, 37)])
+def test_int4_mid_above_m64(rng, dtype, bs, kn):
+    """The default mid kernel above M = 64, in grid rows of 64 tokens (the tiled kernel and the
+    Hopper GEMM off): partial row tiles at M = 65 / 100 / 300."""
+    k, n = kn
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, False, True)
+    env = {"PYQUANT_INT4_SM90_MIN_M": str(1 << 40), "PYQUANT_INT4_TILED_MIN_M": str(1 << 40)}
+    sess = _session(model, env=env)
+    _check_int4(sess, rng, [65, 100, 128, 300, 1024], k, n, bs, dtype, b, scales_t, zp, bias_t)

@@ -81,9 +81,9 @@ def test_int4_sm90_from_m1(rng, dtype):
 @pytest.mark.parametrize("bs", [64, 128])
 @pytest.mark.parametrize("kn", [(576, 576), (1536, 576), (576, 192)])
 def test_int4_small_layer_default_dispatch(rng, dtype, bs, kn):
-    """Small layers (N * K < 2^22: SmolLM2's shapes) on the op's default dispatch: the small-M kernels
-    through M = 64, above it the Hopper GEMM, data-parallel where its K loop is short and its tiles
-    fit one wave (576), stream-K otherwise. K = 576 ends in a partial 128-block."""
+    """SmolLM2's small layers on the op's default dispatch: the mid kernel in rows of 64 tokens while
+    its grid fits one wave (M = 49 .. 300 here), then the Hopper GEMM, data-parallel where its K loop
+    is short and its tiles fit one wave. K = 576 ends in a partial 128-block."""
     k, n = kn
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, False, True)
     sess = _sm90_session(model, min_m=None)

@@ -63,9 +63,12 @@ class MatMulInt4Cuda final : public Kernel {
     pdl_setting_ = CudaPdlSetting();
     sm90_.min_m = CudaInt4Sm90MinM();
     sm90_ = CudaInt4Sm90Knobs(sm90_);
-    sm90_.narrow_rules = mid_variant_ != kInt4MidNoKSplit;              // "nosplit": the GEMM from its own min M
-    if (sm90_.min_m != kInt4Sm90MinM) sm90_.min_m_large = sm90_.min_m;  // an explicit setting wins
-    sm90_.mid_rows_rule = sm90_.min_m == kInt4Sm90MinM && tiled_min_m_ == kInt4TiledMinM;
+    sm90_.narrow_rules = mid_variant_ != kInt4MidNoKSplit;  // "nosplit": the GEMM from its own min M
+    // An explicit PYQUANT_INT4_SM90_MIN_M wins over the size rules (also when it names the default, 49);
+    // it or PYQUANT_INT4_TILED_MIN_M pins the path, so the short-row mid rule is off too.
+    const bool min_m_set = EnvValue("PYQUANT_INT4_SM90_MIN_M") != nullptr;
+    if (min_m_set) sm90_.min_m_large = sm90_.min_m;
+    sm90_.mid_rows_rule = !min_m_set && EnvValue("PYQUANT_INT4_TILED_MIN_M") == nullptr;
     sm90_.shuf.variant = EnvInt("PYQUANT_INT4_SHUF_VARIANT", -1);
     sm90_.shuf.wide_fill = EnvInt("PYQUANT_INT4_WIDE_FILL", kInt4ShuffledWideFill);
     sm90_.shuf.x_ahead = EnvInt("PYQUANT_INT4_SHUF_XAHEAD", -1);

@@ -11,11 +11,11 @@ quantized once and shared: MatMulNBits runs the very same B / scales bytes as Ma
 pyquant.convert.to_matmulnbits).
 
 Methods (float32 activations):
-  pyquant_int4_b{32,128}      pyquant::MatMulInt4, symmetric, block 32 / 128
-  pyquant_int4_b{32,128}_a8   the same with accuracy_level=4 (int8 activations per row and block:
+  pyquant_int4_b{32,64,128}   pyquant::MatMulInt4, symmetric, block 32 / 64 / 128
+  pyquant_int4_b{32,64,128}_a8 the same with accuracy_level=4 (int8 activations per row and block:
                               the numerics of MatMulNBits acc4, docs/ops.md "Int8 activations")
-  nbits_b{32,128}_acc0        com.microsoft::MatMulNBits, same weights, accuracy_level unset (fp32 A)
-  nbits_b{32,128}_acc4        same with accuracy_level=4 (ORT quantizes A to int8 per block; NOT the
+  nbits_b{32,64,128}_acc0     com.microsoft::MatMulNBits, same weights, accuracy_level unset (fp32 A)
+  nbits_b{32,64,128}_acc4     same with accuracy_level=4 (ORT quantizes A to int8 per block; NOT the
                               same numerics: shown because it is what ORT users pick for speed)
   pyquant_fp8                 pyquant::LinearFp8, per-channel weight scales, dynamic activation scales
   fp32_matmul                 ONNX MatMul with a float32 [K, N] initializer (MLAS SGEMM)
@@ -97,7 +97,7 @@ def build_sessions(k: int, n: int, methods: list[str], threads: int, rng) -> dic
     w = (rng.standard_normal((n, k)) * 0.05).astype(np.float32)
     out: dict[str, ort.InferenceSession] = {}
     int4: dict[int, onnx.ModelProto] = {}
-    for bs in (32, 128):
+    for bs in (32, 64, 128):
         if any(m.endswith(f"b{bs}") or f"_b{bs}_" in m for m in methods):
             b, s, _ = layout.quantize_int4_rtn(w, bs, symmetric=True)
             int4[bs] = int4_model(b, s, k, n, bs, x_shape=("M", None))

@@ -83,14 +83,14 @@ void QuantizeActivationsInt8(const T* x, int64_t m, int64_t k, int64_t block_siz
     }
   }
   const int64_t chunks = out->stride / 32;
-  if (block_size > 32) {
+  if (block_size > 64 && m >= kInt8WideLanesMaxM) {
     out->lane_scales.clear();
     out->lane_sums.clear();
     return;
   }
   out->lane_scales.assign(static_cast<size_t>(m * chunks * 8), 0.0f);
   out->lane_sums.assign(static_cast<size_t>(m * chunks * 8), 0);
-  const int64_t lanes_per_block = block_size / 8;  // 2 or 4
+  const int64_t lanes_per_block = block_size / 8;  // 2 .. 32
   for (int64_t mi = 0; mi < m; ++mi) {
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t lane0 = b * lanes_per_block;  // lanes counted over the row: 8 per chunk

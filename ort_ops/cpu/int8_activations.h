@@ -32,8 +32,9 @@ struct Int8Activations {
   std::vector<int8_t> codes;  // [2][m][stride]: even half of every row, then the odd half
   std::vector<float> scales;  // [m][n_blocks] s_x (0 for an all-zero block, NaN for a non-finite one)
   std::vector<int32_t> sums;  // [m][n_blocks] sum of the block's xq (the zero point's share of a dot)
-  // Blocks of 16 / 32 codes only (else empty): per row and 64-code chunk of the padded K, the 8
-  // int32 lanes of the AVX2 kernel's dot (lane l: codes 8l .. 8l + 7). lane_scales holds each lane's
+  // Blocks of 16 / 32 / 64 codes, and larger ones at M < kInt8WideLanesMaxM (else empty): per row and
+  // 64-code chunk of the padded K, the 8 int32 lanes of the AVX2 kernel's dot (lane l: codes 8l ..
+  // 8l + 7; the AVX512-VNNI kernel reads two chunks' lanes at once). lane_scales holds each lane's
   // block s_x; lane_sums holds a block's sum(xq) in its first lane and 0 in the others; both are 0
   // past the last block.
   std::vector<float> lane_scales;  // [m][stride / 32][8]
@@ -41,6 +42,10 @@ struct Int8Activations {
   const int8_t* even() const { return codes.data(); }
   const int8_t* odd() const { return codes.data() + m * stride; }
 };
+
+// Below this M the lane arrays are filled for every block size (the AVX512-VNNI kernel's 512-bit tiles
+// read them below its GEMM's M, 8); above it only for blocks of <= 64 codes (the AVX2 tiles, M < 12).
+constexpr int64_t kInt8WideLanesMaxM = 16;
 
 // Quantizes X [m, k] (T = float, Half or BFloat16) per row and block of `block_size` codes, into
 // *out (resized). Bit-exact with docs/ops.md and pyquant/reference.py's quantize_activations_int8_ref.

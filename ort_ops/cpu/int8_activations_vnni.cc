@@ -1,5 +1,6 @@
 // AVX512-VNNI kernel of the int8-activation MatMulInt4 (cpu/int8_activations.h): vpdpbusd dot
-// products on 256-bit vectors (AVX512VL), the same lanes and tiles as the AVX2 kernel. Int4Int8Rows
+// products, on 512-bit vectors below the GEMM's M for blocks of >= 32 codes (TileNarrow512), else on
+// 256-bit ones (AVX512VL) in the AVX2 kernel's lanes and tiles. Int4Int8Rows
 // calls it on CPUs that have AVX512-VNNI (Ice Lake / Zen 4 and later) unless PYQUANT_CPU_ISA caps the
 // ISA below avx512.
 #define PYQUANT_INT8_ENTRY Int4Int8RowsVnni

@@ -65,6 +65,31 @@ def test_k_not_multiple_of_block(rng, k, bs):
     case(rng, k=k, n=21, bs=bs, dtype="float16", symmetric=False, with_bias=False)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize(
+    "k,bs",
+    [
+        (288, 32),
+        (576, 32),
+        (352, 32),
+        (4096, 32),
+        (576, 64),
+        (640, 64),
+        (4096, 64),
+        (576, 128),
+        (4096, 128),
+        (1000, 256),
+    ],
+)
+@pytest.mark.parametrize("m", [1, 2, 3, 6, 7])
+def test_small_m_every_block_size(rng, dtype, symmetric, k, bs, m):
+    # Below the GEMM's M: on AVX512-VNNI a 64-byte chunk holds 4 / 2 blocks of 32 / 64 codes and the
+    # row's last one fewer (1 / 2 / 3 blocks of 32 at K = 288 / 576 / 352, 1 block of 64 at K = 576);
+    # blocks of 128 / 256 span 1 / 2 chunks (K = 576 / 1000: a padded last block).
+    case(rng, k=k, n=23, bs=bs, dtype=dtype, symmetric=symmetric, with_bias=True, lead=(m,))
+
+
 @pytest.mark.parametrize("bs", [16, 32, 64, 128, 256])
 @pytest.mark.parametrize("m", [12, 13, 17, 23])
 @pytest.mark.parametrize("symmetric", [True, False])

@@ -91,11 +91,12 @@ def test_small_m_every_block_size(rng, dtype, symmetric, k, bs, m):
 
 
 @pytest.mark.parametrize("bs", [16, 32, 64, 128, 256])
-@pytest.mark.parametrize("m", [12, 13, 17, 23])
+@pytest.mark.parametrize("m", [12, 13, 16, 17, 18, 19, 20, 21, 23])
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_gemm_rows(rng, bs, m, symmetric):
-    # From M = 8 (AVX512-VNNI) / 12 (AVX2) the kernel whose lanes are output columns: panels of 16
-    # weight rows (N = 37: a partial one), X rows in tiles of 4 / 6 and the 1..5-row remainders.
+    # From M = 16 (AVX512-VNNI) / 12 (AVX2) the kernel whose lanes are output columns: panels of 16
+    # weight rows (N = 37: a partial one), X rows in tiles of 6 / 4 and the 1..5 / 1..3-row remainders
+    # (VNNI: M = 19 / 20 / 21 / 16 / 17; AVX2: 13 / 18 / 19). On VNNI M = 12 / 13 run the 512-bit tiles.
     case(rng, k=512, n=37, bs=bs, dtype="float32", symmetric=symmetric, with_bias=True, lead=(m,))
 
 

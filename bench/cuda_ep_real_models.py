@@ -138,6 +138,20 @@ def _externalize(models: dict[str, Any], out: Path) -> dict[str, list[str]]:
     return files
 
 
+def manifest_head(recipe) -> dict[str, Any]:
+    """The fields every prepare step's manifest starts with: when, the command, the commit and the
+    recipe (``pyquant.models`` recipe object)."""
+    from pyquant.eval import git_commit
+
+    return {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
+        "git_commit": git_commit(),
+        "recipe": recipe.name,
+        "title": recipe.title,
+    }
+
+
 def write_models(
     protos: dict[str, Any], entries: list[dict], arrays: dict[str, np.ndarray], out: Path, check: bool = False
 ) -> dict[str, int]:
@@ -163,7 +177,7 @@ def prepare(args: argparse.Namespace) -> int:
     from sklearn.linear_model import LogisticRegression
 
     import pyquant
-    from pyquant.eval import _example_inputs, git_commit
+    from pyquant.eval import _example_inputs
     from pyquant.export import export, verify_onnx_model
     from pyquant.models import data, get_recipe, metrics
     from pyquant.quantize import quantize
@@ -253,11 +267,7 @@ def prepare(args: argparse.Namespace) -> int:
             del q
     sizes = write_models(protos, entries, arrays, out, check=True)
     manifest = {
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
-        "git_commit": git_commit(),
-        "recipe": recipe.name,
-        "title": recipe.title,
+        **manifest_head(recipe),
         "dtype": args.dtype,
         "max_len": max_len,
         "batch_size": batch,

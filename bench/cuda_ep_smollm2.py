@@ -45,6 +45,7 @@ from cuda_ep_real_models import (  # noqa: E402
     _latency,
     _placement,
     _session,
+    manifest_head,
     write_models,
 )
 
@@ -55,7 +56,7 @@ def prepare(args: argparse.Namespace) -> int:
     import onnx
     import torch
 
-    from pyquant.eval import _example_inputs, _Task, git_commit
+    from pyquant.eval import _example_inputs, _Task
     from pyquant.export import export, verify_onnx_model
     from pyquant.models import get_recipe
     from pyquant.quantize import quantize
@@ -105,11 +106,7 @@ def prepare(args: argparse.Namespace) -> int:
             del q
     sizes = write_models(protos, entries, {"ids": ids}, out)
     manifest = {
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
-        "git_commit": git_commit(),
-        "recipe": recipe.name,
-        "title": recipe.title,
+        **manifest_head(recipe),
         "batch_size": recipe.eval_settings["batch_size"],
         "float32_torch_perplexity": args.float_perplexity,
         "models": entries,

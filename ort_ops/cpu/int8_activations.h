@@ -44,7 +44,7 @@ struct Int8Activations {
 };
 
 // Below this M the lane arrays are filled for every block size (the AVX512-VNNI kernel's 512-bit tiles
-// read them below its GEMM's M, 8); above it only for blocks of <= 64 codes (the AVX2 tiles, M < 12).
+// read them below its GEMM's M, 16); above it only for blocks of <= 64 codes (the AVX2 tiles, M < 12).
 constexpr int64_t kInt8WideLanesMaxM = 16;
 
 // Quantizes X [m, k] (T = float, Half or BFloat16) per row and block of `block_size` codes, into

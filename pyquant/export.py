@@ -83,7 +83,7 @@ _FP8_SCHEMA = OpSchema(
     ],
     outputs=[_FP("Y", "T")],
     type_constraints=[("T", _T, "activation type")],
-    attributes=[_attr("block_size", False)],
+    attributes=[_attr("block_size", False), _attr("weight_only", False)],
 )
 _PQ = onnxscript.values.Opset(DOMAIN, OPSET_VERSION)
 _MatMulInt4 = Op(_PQ, INT4_OP, _INT4_SCHEMA)
@@ -106,8 +106,18 @@ def _matmul_int4_onnx(  # noqa: ANN202
     return _MatMulInt4(x, b, scales, zero_points, bias, K=K, N=N, block_size=block_size, **extra)
 
 
-def _linear_fp8_onnx(x, w, w_scale, x_scale=None, bias=None, block_size: int = 0):  # noqa: ANN001, ANN202
-    return _LinearFp8(x, w, w_scale, x_scale, bias, block_size=block_size)
+def _linear_fp8_onnx(  # noqa: ANN202
+    x,  # noqa: ANN001
+    w,  # noqa: ANN001
+    w_scale,  # noqa: ANN001
+    x_scale=None,  # noqa: ANN001
+    bias=None,  # noqa: ANN001
+    block_size: int = 0,
+    weight_only: bool = False,
+):
+    # weight_only is written only when set, so W8A8 files stay as they were.
+    extra = {"weight_only": 1} if weight_only else {}
+    return _LinearFp8(x, w, w_scale, x_scale, bias, block_size=block_size, **extra)
 
 
 def custom_translation_table() -> dict[Any, Any]:

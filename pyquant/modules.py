@@ -175,7 +175,8 @@ class Int4Linear(_QuantLinearBase):
 
 
 class Fp8Linear(_QuantLinearBase):
-    """FP8 e4m3fn linear layer with per-token or static activation quantization (pyquant::LinearFp8)."""
+    """FP8 e4m3fn linear layer (pyquant::LinearFp8) with per-token or static activation
+    quantization, or weight-only (Fp8Config(activation="none"): activations not quantized)."""
 
     config: Fp8Config
     _PINNED = ("weight", "w_scale", "x_scale")
@@ -239,8 +240,13 @@ class Fp8Linear(_QuantLinearBase):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check_input(x, self.bias.dtype if self.bias is not None else x.dtype)
         return torch.ops.pyquant.linear_fp8(
-            x, self.weight, self.w_scale, self.x_scale, self.bias, self.block_size
+            x, self.weight, self.w_scale, self.x_scale, self.bias, self.block_size, self.weight_only
         )
+
+    @property
+    def weight_only(self) -> bool:
+        """The op's weight_only attribute: activations are not quantized."""
+        return self.config.activation == "none"
 
     def dequantized_weight(self) -> torch.Tensor:
         return torch_ops.dequantize_fp8(self.weight, self.w_scale, self.block_size)

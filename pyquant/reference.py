@@ -126,11 +126,19 @@ def linear_fp8_ref(
     block_size: int = 0,
     x_scale: float | None = None,
     bias: np.ndarray | None = None,
+    weight_only: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
+    """LinearFp8 in float64 -> (y, sum_k |x w| for the error limit). weight_only: X not quantized
+    (xq = float32(X), s_x = 1; docs/ops.md "Weight-only")."""
     n, k = w_fp8.shape
     lead = np.asarray(x).shape[:-1]
     x32 = np.asarray(x, dtype=np.float32).reshape(-1, k)
-    xq, s_x = layout.quantize_activations_fp8(x32, x_scale)
+    if weight_only:
+        if x_scale is not None:
+            raise ValueError("weight_only takes no x_scale")
+        xq, s_x = x32, np.ones(x32.shape[0], dtype=np.float32)
+    else:
+        xq, s_x = layout.quantize_activations_fp8(x32, x_scale)
     xq64 = xq.astype(np.float64)
     w64 = np.asarray(w_fp8).astype(np.float64)
     ws = np.asarray(w_scale, dtype=np.float64)

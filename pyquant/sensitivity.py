@@ -111,7 +111,7 @@ def _config_name(cfg: Int4Config | Fp8Config) -> str:
             s += "-a8" if cfg.accuracy_level == 4 else f"-acc{cfg.accuracy_level}"
     else:
         s = "fp8-channel" if cfg.weight_block_size == 0 else f"fp8-b{cfg.weight_block_size}"
-        s += "-static" if cfg.activation == "static" else ""
+        s += {"static": "-static", "none": "-wo"}.get(cfg.activation, "")
     return s + ("" if cfg.algorithm == "rtn" else f"-{cfg.algorithm}")
 
 

@@ -221,18 +221,25 @@ def linear_fp8(
     x_scale: torch.Tensor | None,
     bias: torch.Tensor | None,
     block_size: int,
+    weight_only: bool = False,
 ) -> torch.Tensor:
-    """Reference of ``pyquant::LinearFp8``: per-token (or static) FP8 activations x FP8 weights."""
+    """Reference of ``pyquant::LinearFp8``: per-token (or static) FP8 activations x FP8 weights;
+    with ``weight_only`` (the op's ``weight_only=1``) X as float32, not quantized (x_scale None)."""
     n, k = w.shape
     lead = x.shape[:-1]
-    xq, s_x = quantize_activations_fp8(x.reshape(-1, k), x_scale)
     wd = dequantize_fp8(w, w_scale, block_size)
-    y = (xq.to(torch.float32) @ wd.t()) * s_x
+    if weight_only:
+        if x_scale is not None:
+            raise ValueError("linear_fp8: weight_only takes no x_scale (X is not quantized)")
+        y = x.reshape(-1, k).to(torch.float32) @ wd.t()
+    else:
+        xq, s_x = quantize_activations_fp8(x.reshape(-1, k), x_scale)
+        y = (xq.to(torch.float32) @ wd.t()) * s_x
     if bias is not None:
         y = y + bias.to(torch.float32)
     return y.to(x.dtype).reshape(*lead, n)
 
 
 @linear_fp8.register_fake
-def _(x, w, w_scale, x_scale, bias, block_size):
+def _(x, w, w_scale, x_scale, bias, block_size, weight_only=False):
     return x.new_empty((*x.shape[:-1], w.shape[0]))

@@ -42,6 +42,9 @@ class LinearFp8Cpu final : public Kernel {
     // 1. Quantize activations row by row (bit-exact rule of docs/ops.md); keep them as floats,
     //    which hold every e4m3 value exactly. The small-M path wants them times 256 (exact; see
     //    Fp8GemvParams) in rows padded with zeros to a multiple of 16.
+    //    weight_only: X as float32, not quantized. The small-M kernels multiply by w / 256, so
+    //    there the rows' scale s_x is 256 instead (a power of two: the same products, scaled
+    //    exactly, barring float32 underflow below 2^-118); elsewhere 1.
     const bool gemv = m > 0 && m <= GemvMaxM(kFp8GemvMaxM);
     // (+16 floats: rows 64 bytes off a 4 KiB multiple apart, see matmul_int4_cpu.cc.)
     const int64_t ldx = gemv ? (k + 15) / 16 * 16 + 16 : k;
@@ -56,7 +59,7 @@ class LinearFp8Cpu final : public Kernel {
       float* out = xq.get() + static_cast<int64_t>(row) * ldx;
       for (int64_t i = 0; i < k; ++i) out[i] = ToFloat(xr[i]);
       for (int64_t i = k; i < ldx; ++i) out[i] = 0.0f;
-      s_x[row] = QuantizeFp8Row(out, k, !p.static_scale, 1.0f / p.x_scale, p.x_scale, x_mul);
+      s_x[row] = p.weight_only ? x_mul : QuantizeFp8Row(out, k, !p.static_scale, 1.0f / p.x_scale, p.x_scale, x_mul);
     });
 
     // 2. Y = s_x * (xq · (w * s_w)^T) + bias.

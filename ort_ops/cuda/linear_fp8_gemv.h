@@ -36,5 +36,9 @@ bool Fp8GemvFusedFits(const LinearFp8Problem& p, size_t elem_bytes);
 // p.x, p.w, p.w_scale, p.bias, p.y device pointers; p.x_scale host value. T = __half / __nv_bfloat16.
 template <typename T>
 cudaError_t LaunchFp8GemvFused(const LinearFp8Problem& p, int variant, PdlMode pdl, cudaStream_t stream);
+// The same kernel without the activation quantization, for weight_only = 1 at M <= kFp8GemvAutoMaxM
+// (the auto variants' CTA shapes); cudaErrorInvalidValue for other problems.
+template <typename T>
+cudaError_t LaunchFp8GemvWeightOnly(const LinearFp8Problem& p, PdlMode pdl, cudaStream_t stream);
 
 }  // namespace pyquant

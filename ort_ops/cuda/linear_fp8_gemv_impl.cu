@@ -63,6 +63,16 @@ __device__ __forceinline__ void QuantX16(const uint4& a, const uint4& b, float i
   }
 }
 
+// 16 activations (two 16-byte vectors of T) -> floats, not quantized (weight_only = 1).
+template <typename T>
+__device__ __forceinline__ void LoadX16(const uint4& a, const uint4& b, float (&q)[16]) {
+  float fa[8], fb[8];
+  ToFloats(a, fa, static_cast<const T*>(nullptr));
+  ToFloats(b, fb, static_cast<const T*>(nullptr));
+#pragma unroll
+  for (int i = 0; i < 8; ++i) q[i] = fa[i], q[8 + i] = fb[i];
+}
+
 }  // namespace
 
 //   x [M, K] T (M = kM), static_scale / x_scale: the static activation scale (else dynamic per
@@ -72,7 +82,9 @@ __device__ __forceinline__ void QuantX16(const uint4& a, const uint4& b, float i
 //   the previous grid completes (PDL, cuda/pdl.h).
 //   kExact: the next piece is loaded only where there is one (else a clamped index re-reads the
 //   last piece: fewer registers, but at K = 4096 every warp ends on an L2 round trip).
-template <typename T, int kM, int kR, int kThreads, bool kBlockScale, bool kExact>
+//   kWeightOnly (weight_only = 1, linear_fp8_weight_only.h): X is not quantized (no amax pass,
+//   row scale 1); products of T and e4m3 values are exact in fp32 as well.
+template <typename T, int kM, int kR, int kThreads, bool kBlockScale, bool kExact, bool kWeightOnly = false>
 __global__ void __launch_bounds__(kThreads)
     fp8_gemv_fused_kernel(const T* __restrict__ x, int static_scale, float x_scale, const uint8_t* __restrict__ w,
                           const float* __restrict__ w_scale, const T* __restrict__ bias, T* __restrict__ y, int n,
@@ -100,7 +112,9 @@ __global__ void __launch_bounds__(kThreads)
   // Row scales: amax over the whole row (NaN ignored by fmaxf), then the rule of the quantizers.
   __shared__ float red_max[kM][kWarps];
   __shared__ float inv_s[kM], row_s[kM];
-  if (static_scale) {
+  if (kWeightOnly) {
+    if (threadIdx.x < kM) inv_s[threadIdx.x] = 1.0f, row_s[threadIdx.x] = 1.0f;
+  } else if (static_scale) {
     if (threadIdx.x < kM) inv_s[threadIdx.x] = 1.0f / x_scale, row_s[threadIdx.x] = x_scale;
   } else {
     const int vecs = k / (16 / int(sizeof(T)));
@@ -144,7 +158,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
       const T* xp = x + int64_t(m) * k + 16 * c;
-      QuantX16<T>(LoadCached16(xp), LoadCached16(xp + 8), inv[m], xq[m]);
+      if constexpr (kWeightOnly) {
+        LoadX16<T>(LoadCached16(xp), LoadCached16(xp + 8), xq[m]);
+      } else {
+        QuantX16<T>(LoadCached16(xp), LoadCached16(xp + 8), inv[m], xq[m]);
+      }
     }
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
@@ -179,7 +197,7 @@ __global__ void __launch_bounds__(kThreads)
 
 namespace {
 
-template <typename T, int kR, int kThreads, bool kBlock, bool kExact>
+template <typename T, int kR, int kThreads, bool kBlock, bool kExact, bool kWeightOnly = false>
 void LaunchFused(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.n + kR - 1) / kR));
   const T* x = static_cast<const T*>(p.x);
@@ -187,10 +205,10 @@ void LaunchFused(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cudaStream
   T* y = static_cast<T*>(p.y);
   const int st = p.static_scale ? 1 : 0, n = static_cast<int>(p.n), k = static_cast<int>(p.k);
   const int nsb = static_cast<int>(p.n_scale_blocks);
-  auto kernel = fp8_gemv_fused_kernel<T, 4, kR, kThreads, kBlock, kExact>;
-  if (p.m == 1) kernel = fp8_gemv_fused_kernel<T, 1, kR, kThreads, kBlock, kExact>;
-  if (p.m == 2) kernel = fp8_gemv_fused_kernel<T, 2, kR, kThreads, kBlock, kExact>;
-  if (p.m == 3) kernel = fp8_gemv_fused_kernel<T, 3, kR, kThreads, kBlock, kExact>;
+  auto kernel = fp8_gemv_fused_kernel<T, 4, kR, kThreads, kBlock, kExact, kWeightOnly>;
+  if (p.m == 1) kernel = fp8_gemv_fused_kernel<T, 1, kR, kThreads, kBlock, kExact, kWeightOnly>;
+  if (p.m == 2) kernel = fp8_gemv_fused_kernel<T, 2, kR, kThreads, kBlock, kExact, kWeightOnly>;
+  if (p.m == 3) kernel = fp8_gemv_fused_kernel<T, 3, kR, kThreads, kBlock, kExact, kWeightOnly>;
   // Launch errors are left for the caller's cudaGetLastError().
   (void)LaunchWithPdl(kernel, grid, dim3(kThreads), stream, pdl.launch, x, st, p.x_scale, p.w, p.w_scale, bias, y, n, k,
                       bs_log2, nsb, pdl.weights_early);
@@ -226,6 +244,23 @@ cudaError_t LaunchFp8GemvFused(const LinearFp8Problem& p, int variant, PdlMode p
   return cudaGetLastError();
 }
 
+template <typename T>
+cudaError_t LaunchFp8GemvWeightOnly(const LinearFp8Problem& p, PdlMode pdl, cudaStream_t stream) {
+  if (!p.weight_only || p.m > kFp8GemvAutoMaxM) return cudaErrorInvalidValue;
+  const int bs_log2 = CeilLog2(p.block_size);
+  // the auto variants' shapes (Fp8GemvAutoVariant): 4 rows per CTA at M = 1, 8 at M = 2
+  if (p.m == 1) {
+    p.block_size != 0 ? LaunchFused<T, 4, 128, true, false, true>(p, bs_log2, pdl, stream)
+                      : LaunchFused<T, 4, 128, false, false, true>(p, bs_log2, pdl, stream);
+  } else {
+    p.block_size != 0 ? LaunchFused<T, 8, 128, true, false, true>(p, bs_log2, pdl, stream)
+                      : LaunchFused<T, 8, 128, false, false, true>(p, bs_log2, pdl, stream);
+  }
+  return cudaGetLastError();
+}
+
+template cudaError_t LaunchFp8GemvWeightOnly<__half>(const LinearFp8Problem&, PdlMode, cudaStream_t);
+template cudaError_t LaunchFp8GemvWeightOnly<__nv_bfloat16>(const LinearFp8Problem&, PdlMode, cudaStream_t);
 template cudaError_t LaunchFp8GemvFused<__half>(const LinearFp8Problem&, int, PdlMode, cudaStream_t);
 template cudaError_t LaunchFp8GemvFused<__nv_bfloat16>(const LinearFp8Problem&, int, PdlMode, cudaStream_t);
 

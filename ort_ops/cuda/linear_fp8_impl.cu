@@ -27,6 +27,7 @@
 #include "cuda/linear_fp8_impl.cuh"
 #include "cuda/linear_fp8_quantize.h"
 #include "cuda/linear_fp8_staged.h"
+#include "cuda/linear_fp8_weight_only.h"
 #include "cuda/matmul_int4_impl.cuh"
 #if PYQUANT_WITH_SM90
 #include "cuda/sm90/fp8_gemm_sm90.h"
@@ -528,6 +529,7 @@ struct QuantizeLaunch {
 
 template <typename T>
 size_t LinearFp8WorkspaceBytesT(const LinearFp8Problem& p, const Fp8Options& opt) {
+  if (p.weight_only) return 0;
   size_t bytes = XqBytes(p) + SxBytes(p);
 #if PYQUANT_WITH_SM90
   int device = 0;
@@ -539,7 +541,7 @@ size_t LinearFp8WorkspaceBytesT(const LinearFp8Problem& p, const Fp8Options& opt
   return bytes;
 }
 
-size_t LinearFp8WorkspaceBytes(const LinearFp8Problem& p) { return XqBytes(p) + SxBytes(p); }
+size_t LinearFp8WorkspaceBytes(const LinearFp8Problem& p) { return p.weight_only ? 0 : XqBytes(p) + SxBytes(p); }
 
 namespace {
 
@@ -626,6 +628,7 @@ template <typename T>
 cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cudaStream_t stream, bool force_ref,
                                 const Fp8Options& opt, PdlMode pdl) {
   if (p.m == 0) return cudaSuccess;
+  if (p.weight_only) return LaunchFp8WeightOnly<T>(p, force_ref, pdl, stream);  // no workspace
   if (p.m > 65535 || ws.bytes < LinearFp8WorkspaceBytes(p)) return cudaErrorInvalidConfiguration;
   int device = 0;
   // the staged kernel in place of the mma kernel or the Hopper GEMM ("auto" on sm_90's narrow layers)

@@ -14,6 +14,11 @@ LinearFp8Attrs ReadLinearFp8Attrs(const OrtKernelInfo* info) {
     throw OpError("attribute 'block_size' must be 0 (per channel) or a power of two >= 16, got " +
                   std::to_string(a.block_size));
   }
+  int64_t wo = 0;
+  if (TryGetIntAttr(info, "weight_only", &wo)) {
+    if (wo != 0 && wo != 1) throw OpError("attribute 'weight_only' must be 0 or 1, got " + std::to_string(wo));
+    a.weight_only = wo == 1;
+  }
   return a;
 }
 
@@ -50,6 +55,9 @@ void CheckLinearFp8Weights(const LinearFp8Attrs& a, ONNXTensorElementDataType t,
     }
   }
   if (x_scale.present()) {
+    if (a.weight_only) {
+      throw OpError("input 'x_scale' must be absent when weight_only=1 (X is not quantized)");
+    }
     if (x_scale.type != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT) {
       throw OpError(std::string("input 'x_scale' must be float32, got ") + ElementTypeName(x_scale.type));
     }
@@ -103,6 +111,7 @@ LinearFp8Problem BindLinearFp8(OrtKernelContext* ctx, const LinearFp8Attrs& a, O
   }
   p.m = x.numel() / p.k;
   p.block_size = a.block_size;
+  p.weight_only = a.weight_only;
   p.n_scale_blocks = a.block_size ? (p.k + a.block_size - 1) / a.block_size : 1;
   p.x = x.data;
   p.w = static_cast<const uint8_t*>(w.data);

@@ -15,7 +15,8 @@ constexpr const char* kLinearFp8Name = "LinearFp8";
 enum LinearFp8Input : size_t { kF8X = 0, kF8W = 1, kF8WScale = 2, kF8XScale = 3, kF8Bias = 4, kF8NumInputs = 5 };
 
 struct LinearFp8Attrs {
-  int64_t block_size = 0;  // 0: per output channel; else weight-scale block along K
+  int64_t block_size = 0;    // 0: per output channel; else weight-scale block along K
+  bool weight_only = false;  // attribute weight_only = 1: X is not quantized (docs/ops.md)
 };
 
 struct LinearFp8Problem {
@@ -26,6 +27,7 @@ struct LinearFp8Problem {
   const uint8_t* w = nullptr;      // e4m3fn [N, K]
   const float* w_scale = nullptr;  // float [N, n_scale_blocks]
   bool static_scale = false;       // x_scale given
+  bool weight_only = false;        // X used as is (float32 of X), no activation quantization
   float x_scale = 1.0f;            // static scale (host value)
   const void* bias = nullptr;      // T [N] or nullptr
   void* y = nullptr;               // T [M, N]

@@ -9,6 +9,8 @@ Scheme names (``ModelRecipe.quantize_config(scheme)``):
                              per row and K block, faster on the CPU EP), right after the INT4 format, before
                              -mlp and the algorithm suffixes, e.g. int4-a8, int4-b128-asym-a8, int4-b64-a8-awq
   fp8-channel / fp8-b<bs>    FP8 with per-channel / per-block (along K) weight scales
+  fp8[-b<bs>]-wo             weight-only FP8 (activations not quantized: LinearFp8 weight_only=1), e.g.
+                             fp8-wo, fp8-wo-gptq, fp8-b128-wo
   ...-static                 FP8 with a calibrated per-tensor activation scale (else dynamic per token),
                              clip = amax; -static-pct[<p>]: p-th percentile of |x| (default 99.99),
                              -static-mseclip: clip minimising the activation FP8 MSE (pyquant.calibration)
@@ -50,7 +52,7 @@ Task = Literal["causal-lm", "encoder"]
 _A8 = "-a8"  # INT4 int8-activation suffix (accuracy_level 4)
 _SCHEME_SYNTAX = (
     "use float, int4, fp8, int4-b<bs>[-asym][-a8] (-a8: int8 activations), fp8-channel, fp8-b<bs>, "
-    "optionally with -static[-amax|-pct[<p>]|-mseclip] (FP8)"
+    "optionally with -static[-amax|-pct[<p>]|-mseclip] or -wo (weight-only) (FP8)"
 )
 
 
@@ -85,18 +87,18 @@ def _parse_base_scheme(scheme: str, s: str, defaults: dict[str, LayerConfig] | N
     # -mseclip (MSE clip search). Not "-mse": ModelRecipe.quantize_config reads a trailing "-mse"
     # as the INT4 weight algorithm.
     m = re.fullmatch(
-        r"fp8(?:-(channel)|-b(\d+))?(?:-dynamic|(-static)(?:-(amax|mseclip)|-(pct)(\d*\.?\d+)?)?)?", s
+        r"fp8(?:-(channel)|-b(\d+))?(?:-dynamic|(-wo)|(-static)(?:-(amax|mseclip)|-(pct)(\d*\.?\d+)?)?)?", s
     )
     if m:
-        static = m.group(3) is not None
+        static = m.group(4) is not None
         calibration, pct = "amax", 99.99
-        if m.group(4) == "mseclip":
+        if m.group(5) == "mseclip":
             calibration = "mse"
-        elif m.group(5):
-            calibration, pct = "percentile", float(m.group(6) or 99.99)
+        elif m.group(6):
+            calibration, pct = "percentile", float(m.group(7) or 99.99)
         return Fp8Config(
             weight_block_size=int(m.group(2) or 0),
-            activation="static" if static else "dynamic",
+            activation="none" if m.group(3) else "static" if static else "dynamic",
             calibration=calibration,
             percentile=pct,
         )

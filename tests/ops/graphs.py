@@ -102,7 +102,10 @@ def fp8_model(
     x_scale: float | None = None,
     bias: np.ndarray | None = None,
     x_shape=("M", None),
+    weight_only: int | None = None,
 ) -> onnx.ModelProto:
+    """weight_only: the attribute's value, written when not None (x_scale may still be given, to
+    test the op's error)."""
     n, k = w_fp8.shape
     inits = [
         _init("W", w_fp8, TensorProto.FLOAT8E4M3FN),
@@ -119,6 +122,8 @@ def fp8_model(
         inits.append(_init("bias", bias.astype(np_dtype(dtype)), t if dtype == "bfloat16" else None))
         inputs.append("bias")
     attrs = {"block_size": block_size} if block_size else {}
+    if weight_only is not None:
+        attrs["weight_only"] = weight_only
     node = helper.make_node(FP8_OP, inputs, ["Y"], domain=DOMAIN, name="fp8_node", **attrs)
     x_shape = [d if d is not None else k for d in x_shape]
     return _model(node, inits, x_shape, dtype, list(x_shape[:-1]) + [n])

@@ -181,6 +181,41 @@ def test_accuracy_level_attribute_and_matmulnbits_round_trip(tmp_path) -> None:
     assert forced["up"]["accuracy_level"] == forced["gate"]["accuracy_level"] == 0
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_fp8_weight_only_attribute_and_ort_matches_torch(tmp_path, dtype: torch.dtype) -> None:
+    """Fp8Config(activation="none") exports LinearFp8 with weight_only=1 and no x_scale; W8A8 nodes
+    keep no such attribute; ORT (CPU EP) agrees with torch eager."""
+    torch.manual_seed(0)
+    cfg = QuantizeConfig(
+        default=Fp8Config(activation="none"),
+        exclude=["head"],
+        overrides={"down": Fp8Config(64, "none"), "gate": Fp8Config()},
+    )
+    m = quantize(Block(), cfg).to(dtype).eval()
+    rep = export(m, (torch.randn(2, 5, 96, dtype=dtype),), tmp_path / "wo.onnx")
+    assert rep.op_counts == {"LinearFp8": 3}
+    proto = onnx.load(str(tmp_path / "wo.onnx"))
+    attrs = {
+        n.input[1].split(".")[0]: {a.name: a.i for a in n.attribute} for n in proto.graph.node if n.domain
+    }
+    assert attrs == {
+        "up": {"block_size": 0, "weight_only": 1},
+        "down": {"block_size": 64, "weight_only": 1},
+        "gate": {"block_size": 0},
+    }
+    for n in proto.graph.node:
+        if n.domain and n.input[1].split(".")[0] != "gate":
+            assert len(n.input) < 4 or not n.input[3]  # no x_scale
+    sess = cpu_session(tmp_path / "wo.onnx")
+    for shape in [(1, 1, 96), (3, 17, 96)]:
+        x = torch.randn(*shape, dtype=dtype)
+        y = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
+        with torch.no_grad():
+            ref = m(x).float().numpy()
+        tol = 1e-4 if dtype == torch.float32 else 2e-2
+        np.testing.assert_allclose(y.astype(np.float32), ref, atol=tol, rtol=tol)
+
+
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_ort_int8_activations_match_reference(tmp_path, symmetric: bool) -> None:
     from pyquant import reference

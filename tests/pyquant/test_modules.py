@@ -51,7 +51,10 @@ def test_int4_linear_matches_reference(dtype: str, block_size: int, symmetric: b
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
-@pytest.mark.parametrize("wbs,activation", [(0, "dynamic"), (128, "dynamic"), (32, "static"), (0, "static")])
+@pytest.mark.parametrize(
+    "wbs,activation",
+    [(0, "dynamic"), (128, "dynamic"), (32, "static"), (0, "static"), (0, "none"), (64, "none")],
+)
 def test_fp8_linear_matches_reference(dtype: str, wbs: int, activation: str) -> None:
     torch.manual_seed(0)
     m = nn.Sequential(nn.Linear(200, 48))
@@ -67,8 +70,27 @@ def test_fp8_linear_matches_reference(dtype: str, wbs: int, activation: str) -> 
     y = q(x)
     xs = None if q.x_scale is None else float(q.x_scale)
     w8 = q.weight.view(torch.uint8).numpy().view(reference.layout.FP8_DTYPE)
-    y_ref, mag = reference.linear_fp8_ref(_np(x), w8, q.w_scale.numpy(), wbs, xs, _np(q.bias))
+    wo = activation == "none"
+    assert q.weight_only == wo and (q.x_scale is None or not wo)
+    y_ref, mag = reference.linear_fp8_ref(_np(x), w8, q.w_scale.numpy(), wbs, xs, _np(q.bias), weight_only=wo)
     reference.assert_within_limit(_np(y), y_ref, mag, dtype, FP8_OP)
+
+
+def test_fp8_weight_only_error_is_the_weights_alone() -> None:
+    """Weight-only FP8 differs from x @ W_dequantized^T by float32 rounding only; W8A8 also rounds x."""
+    torch.manual_seed(0)
+    m = quantize(nn.Sequential(nn.Linear(256, 64)), Fp8Config(activation="none"))
+    q = m[0]
+    x = torch.randn(9, 256)
+    exact = x.double() @ q.dequantized_weight().double().t() + q.bias.double()
+    assert (q(x).double() - exact).abs().max() < 1e-4
+    w8a8 = quantize(nn.Sequential(nn.Linear(256, 64)), Fp8Config())
+    w8a8[0].load_state_dict(q.state_dict(), strict=False)
+    assert (w8a8[0](x).double() - exact).abs().max() > 1e-3
+    with pytest.raises(ValueError, match="weight_only takes no x_scale"):
+        torch.ops.pyquant.linear_fp8(x, q.weight, q.w_scale, torch.tensor(1.0), None, 0, True)
+    with pytest.raises(ValueError, match="calibrates a static activation scale"):
+        Fp8Config(activation="none", calibration="mse")
 
 
 def test_fp8_activation_quantization_is_bit_exact() -> None:

@@ -25,6 +25,8 @@ Methods (fp16 activations):
   ort_matmul_fp16   ONNX MatMul, fp16 weight initializer [K, N]
   torch_fp16        torch.nn.functional.linear, fp16 weight [N, K] (torch CUDA graph)
   pyquant_fp8       pyquant::LinearFp8, per-channel weight scales, dynamic per-token activation scales
+  pyquant_fp8wo     pyquant::LinearFp8 with weight_only=1 (weight-only FP8: X not quantized) (not in the
+                    default list)
   torch_scaled_mm   torch._scaled_mm, e4m3 x e4m3 -> fp16, per-tensor scales, X already in fp8 (GEMM only)
   pyquant_fp8_portable  pyquant_fp8 with the Hopper GEMM off (PYQUANT_FP8_SM90_MIN_M huge): the
                     mma.sync kernels that serve GPUs other than sm_90 (not in the default list)
@@ -439,7 +441,11 @@ def build_model(method, rng, k, n, layers):
             w[(w & 0x7F) == 0x7F] = 0x3C
             inits.append(helper.make_tensor(f"W{i}", TensorProto.FLOAT8E4M3FN, [n, k], w.tobytes(), raw=True))
             inits.append(numpy_helper.from_array((rng.random(n, dtype=np.float32) * 0.01 + 1e-3), f"S{i}"))
-            nodes.append(helper.make_node("LinearFp8", ["X", f"W{i}", f"S{i}"], [f"Y{i}"], domain="pyquant"))
+            # pyquant_fp8wo: weight-only FP8 (weight_only=1: X not quantized)
+            attrs = {"weight_only": 1} if method == "pyquant_fp8wo" else {}
+            nodes.append(
+                helper.make_node("LinearFp8", ["X", f"W{i}", f"S{i}"], [f"Y{i}"], domain="pyquant", **attrs)
+            )
         else:
             raise ValueError(method)
     return _graph(nodes, inits, k, n, layers)

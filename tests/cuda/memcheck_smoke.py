@@ -2,7 +2,7 @@
 
     compute-sanitizer --tool memcheck python tests/cuda/memcheck_smoke.py [--only SECTIONS]
 
-SECTIONS: a comma-separated subset of int4, mid, shuffled, knobs, fp8, split (default: all of
+SECTIONS: a comma-separated subset of int4, mid, shuffled, knobs, fp8, split, fp8wo (default: all of
 these; the whole script takes over 200 s under memcheck on an H100), and the opt-in bench (the
 benchmark's 4096 x 14336 / 14336 x 4096 layers at M = 1 ... 1024).
 
@@ -39,7 +39,7 @@ def main() -> int:
     import onnxruntime as ort
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--only", default="int4,mid,shuffled,knobs,fp8,split")
+    parser.add_argument("--only", default="int4,mid,shuffled,knobs,fp8,split,fp8wo")
     only = set(parser.parse_args().only.split(","))
 
     from pyquant import layout
@@ -72,14 +72,17 @@ def main() -> int:
             assert_within_limit(y, yr, mag, dtype)
         return len(m_list)
 
-    def check_fp8(dtype, k, n, blk, m_list):
+    def check_fp8(dtype, k, n, blk, m_list, weight_only=False):
         w = rng.standard_normal((n, k)).astype(np.float32)
         w8, ws = layout.quantize_weight_fp8(w, blk)
-        sess = make_session(fp8_model(w8, ws, dtype=dtype, block_size=blk).SerializeToString())
+        wo = 1 if weight_only else None
+        sess = make_session(
+            fp8_model(w8, ws, dtype=dtype, block_size=blk, weight_only=wo).SerializeToString()
+        )
         for m in m_list:
             x = rng.standard_normal((m, k)).astype(np_dtype(dtype))
             y = np.asarray(run_session(sess, x), dtype=np.float64)
-            yr, mag = linear_fp8_ref(x.astype(np.float64), w8, ws, blk)
+            yr, mag = linear_fp8_ref(x.astype(np.float64), w8, ws, blk, weight_only=weight_only)
             assert_within_limit(y, yr, mag, dtype, op=FP8_OP)
         return len(m_list)
 
@@ -190,6 +193,11 @@ def main() -> int:
             with knobs({**deep, "PYQUANT_FP8_GEMV": "staged", "PYQUANT_FP8_SM90_MIN_M": str(1 << 40)}):
                 n_checked += check_fp8(dtype, 8192, 1000, 0, (9, 40, 100))
                 n_checked += check_fp8(dtype, 8192, 264, 128, (100,))
+        # weight-only FP8 (linear_fp8_weight_only_impl.cu): the GEMV at M <= 2, the mma kernel's three
+        # shapes (M <= 8, <= 16, above), per-block scales, K tails of a chunk, the reference kernel
+        if "fp8wo" in only:
+            for k, n, blk in ((256, 37, 0), (240, 20, 64), (100, 9, 16), (1040, 44, 128)):
+                n_checked += check_fp8(dtype, k, n, blk, (1, 2, 5, 9, 17, 40, 100), weight_only=True)
         # opt-in (--only bench, not in the default list: minutes under memcheck): the benchmark's
         # large layers at its M (session 25: bench_cuda.py's six methods x 16 layers in one process
         # hit an illegal address; every subset of the methods did not)

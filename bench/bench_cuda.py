@@ -26,7 +26,8 @@ Methods (fp16 activations):
   torch_fp16        torch.nn.functional.linear, fp16 weight [N, K] (torch CUDA graph)
   pyquant_fp8       pyquant::LinearFp8, per-channel weight scales, dynamic per-token activation scales
   pyquant_fp8wo     pyquant::LinearFp8 with weight_only=1 (weight-only FP8: X not quantized) (not in the
-                    default list)
+                    default list); pyquant_fp8wo_portable: the same without its Hopper GEMM
+                    (PYQUANT_FP8_SM90_MIN_M huge: the mma.sync kernel at every M)
   torch_scaled_mm   torch._scaled_mm, e4m3 x e4m3 -> fp16, per-tensor scales, X already in fp8 (GEMM only)
   pyquant_fp8_portable  pyquant_fp8 with the Hopper GEMM off (PYQUANT_FP8_SM90_MIN_M huge): the
                     mma.sync kernels that serve GPUs other than sm_90 (not in the default list)
@@ -206,6 +207,7 @@ METHOD_ENV = {
     "pyquant_int4_rm2": {"PYQUANT_INT4_SM90_RASTER": "m", "PYQUANT_INT4_SM90_SWIZZLE": "2"},
     "pyquant_int4_rn2": {"PYQUANT_INT4_SM90_RASTER": "n", "PYQUANT_INT4_SM90_SWIZZLE": "2"},
     "pyquant_fp8_portable": {"PYQUANT_FP8_SM90_MIN_M": str(1 << 40)},
+    "pyquant_fp8wo_portable": {"PYQUANT_FP8_SM90_MIN_M": str(1 << 40)},
     # the default before session 18 on narrow layers: no cluster K split (matmul_int4_impl.cu)
     "pyquant_int4_nosplit": {"PYQUANT_INT4_MID_VARIANT": "nosplit"},
     # the default without the staged kernel (the session-19 dispatch)
@@ -442,7 +444,7 @@ def build_model(method, rng, k, n, layers):
             inits.append(helper.make_tensor(f"W{i}", TensorProto.FLOAT8E4M3FN, [n, k], w.tobytes(), raw=True))
             inits.append(numpy_helper.from_array((rng.random(n, dtype=np.float32) * 0.01 + 1e-3), f"S{i}"))
             # pyquant_fp8wo: weight-only FP8 (weight_only=1: X not quantized)
-            attrs = {"weight_only": 1} if method == "pyquant_fp8wo" else {}
+            attrs = {"weight_only": 1} if method.startswith("pyquant_fp8wo") else {}
             nodes.append(
                 helper.make_node("LinearFp8", ["X", f"W{i}", f"S{i}"], [f"Y{i}"], domain="pyquant", **attrs)
             )

@@ -529,7 +529,7 @@ struct QuantizeLaunch {
 
 template <typename T>
 size_t LinearFp8WorkspaceBytesT(const LinearFp8Problem& p, const Fp8Options& opt) {
-  if (p.weight_only) return 0;
+  if (p.weight_only) return Fp8WeightOnlyWorkspaceBytes<T>(p, opt.sm90_min_m);  // no xq, no s_x
   size_t bytes = XqBytes(p) + SxBytes(p);
 #if PYQUANT_WITH_SM90
   int device = 0;
@@ -628,7 +628,7 @@ template <typename T>
 cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cudaStream_t stream, bool force_ref,
                                 const Fp8Options& opt, PdlMode pdl) {
   if (p.m == 0) return cudaSuccess;
-  if (p.weight_only) return LaunchFp8WeightOnly<T>(p, force_ref, pdl, stream);  // no workspace
+  if (p.weight_only) return LaunchFp8WeightOnly<T>(p, ws.data, ws.bytes, opt.sm90_min_m, force_ref, pdl, stream);
   if (p.m > 65535 || ws.bytes < LinearFp8WorkspaceBytes(p)) return cudaErrorInvalidConfiguration;
   int device = 0;
   // the staged kernel in place of the mma kernel or the Hopper GEMM ("auto" on sm_90's narrow layers)

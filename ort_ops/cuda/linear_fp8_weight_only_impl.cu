@@ -19,8 +19,10 @@
 //   elsewhere (float32 X, K % 16 != 0, block_size 16 / 32, unaligned pointers) and for
 //     PYQUANT_CUDA_KERNELS=ref: fp8_wo_ref_kernel, one thread per output.
 //
-// Where it stands: decode-sized M. Above M = 16 every CTA of 32 channels re-reads its token rows
-// of X from L2, so that prefill runs far below the W8A8 Hopper GEMM (which needs quantized X).
+//   sm_90 from M = 17 (Fp8Options::sm90_min_m) with per-channel scales: the CUTLASS mixed-input
+//     GEMM of sm90/fp8_wo_gemm_sm90.cu (e4m3 converted in registers, wgmma on T).
+// fp8_wo_mma_kernel suits decode-sized M: above M = 16 every CTA of 32 channels re-reads its token
+// rows of X from L2, which is why prefill takes the Hopper GEMM where there is one.
 #include "cuda/linear_fp8_weight_only.h"
 
 #include <cuda_bf16.h>
@@ -28,9 +30,13 @@
 
 #include <type_traits>
 
+#include "cuda/device_info.h"
 #include "cuda/linear_fp8_gemv.h"
 #include "cuda/linear_fp8_impl.cuh"
 #include "cuda/matmul_int4_impl.cuh"
+#if PYQUANT_WITH_SM90
+#include "cuda/sm90/fp8_wo_gemm_sm90.h"
+#endif
 
 namespace pyquant {
 
@@ -274,11 +280,51 @@ bool Fp8WeightOnlyFastPath(const LinearFp8Problem& p, size_t elem_bytes) {
          (p.m + 31) / 32 <= 65535;
 }
 
+#if PYQUANT_WITH_SM90
+namespace {
+// The Hopper GEMM's arguments where it may serve p (sm_90, fp16 / bf16, per-channel scales,
+// M >= gemm_min_m, CUTLASS can implement it); false otherwise.
 template <typename T>
-cudaError_t LaunchFp8WeightOnly(const LinearFp8Problem& p, bool force_ref, PdlMode pdl, cudaStream_t stream) {
+bool WoGemmArgs(const LinearFp8Problem& p, int64_t gemm_min_m, sm90::Fp8WoGemmArgs* a) {
+  if (std::is_same<T, float>::value || p.block_size != 0 || p.m < gemm_min_m) return false;
+  if (p.m >= (int64_t{1} << 31) || p.n >= (int64_t{1} << 31) || p.k >= (int64_t{1} << 31)) return false;
+  int device = 0;
+  if (!CurrentDeviceIsSm90(&device)) return false;
+  a->x = p.x, a->w = p.w, a->w_scale = p.w_scale, a->bias = p.bias, a->y = p.y;
+  a->m = static_cast<int>(p.m), a->n = static_cast<int>(p.n), a->k = static_cast<int>(p.k);
+  a->device = device;
+  return sm90::Fp8WoGemmSupported(*a, std::is_same<T, __nv_bfloat16>::value);
+}
+}  // namespace
+#endif
+
+template <typename T>
+size_t Fp8WeightOnlyWorkspaceBytes(const LinearFp8Problem& p, int64_t gemm_min_m) {
+#if PYQUANT_WITH_SM90
+  sm90::Fp8WoGemmArgs a;
+  if (WoGemmArgs<T>(p, gemm_min_m, &a)) return sm90::Fp8WoGemmWorkspaceBytes(a, std::is_same<T, __nv_bfloat16>::value);
+#else
+  (void)p, (void)gemm_min_m;
+#endif
+  return 0;
+}
+
+template <typename T>
+cudaError_t LaunchFp8WeightOnly(const LinearFp8Problem& p, void* ws, size_t ws_bytes, int64_t gemm_min_m,
+                                bool force_ref, PdlMode pdl, cudaStream_t stream) {
   if (p.m == 0) return cudaSuccess;
   if (!p.weight_only) return cudaErrorInvalidValue;
   if constexpr (!std::is_same<T, float>::value) {
+#if PYQUANT_WITH_SM90
+    sm90::Fp8WoGemmArgs a;
+    const bool bf16 = std::is_same<T, __nv_bfloat16>::value;
+    if (!force_ref && WoGemmArgs<T>(p, gemm_min_m, &a) && sm90::Fp8WoGemmWorkspaceBytes(a, bf16) <= ws_bytes) {
+      a.launch.pdl = pdl.launch;
+      return sm90::LaunchFp8WoGemm(a, bf16, ws, ws_bytes, stream);
+    }
+#else
+    (void)ws, (void)ws_bytes, (void)gemm_min_m;
+#endif
     if (!force_ref && Fp8WeightOnlyFastPath(p, sizeof(T))) {
       cudaError_t e;
       if (p.m <= kFp8GemvAutoMaxM && Fp8GemvFusedFits(p, sizeof(T))) {
@@ -302,8 +348,13 @@ cudaError_t LaunchFp8WeightOnly(const LinearFp8Problem& p, bool force_ref, PdlMo
   return cudaGetLastError();
 }
 
-template cudaError_t LaunchFp8WeightOnly<float>(const LinearFp8Problem&, bool, PdlMode, cudaStream_t);
-template cudaError_t LaunchFp8WeightOnly<__half>(const LinearFp8Problem&, bool, PdlMode, cudaStream_t);
-template cudaError_t LaunchFp8WeightOnly<__nv_bfloat16>(const LinearFp8Problem&, bool, PdlMode, cudaStream_t);
+#define PYQUANT_INSTANTIATE(T)                                                                                \
+  template size_t Fp8WeightOnlyWorkspaceBytes<T>(const LinearFp8Problem&, int64_t);                           \
+  template cudaError_t LaunchFp8WeightOnly<T>(const LinearFp8Problem&, void*, size_t, int64_t, bool, PdlMode, \
+                                              cudaStream_t);
+PYQUANT_INSTANTIATE(float)
+PYQUANT_INSTANTIATE(__half)
+PYQUANT_INSTANTIATE(__nv_bfloat16)
+#undef PYQUANT_INSTANTIATE
 
 }  // namespace pyquant

@@ -7,6 +7,9 @@ error limit, outputs poisoned before each run (run_cuda):
   tiles x 4 column tiles per warp: partial token and channel tiles, M = 4097 = many grid rows);
 * per-channel and per-K-block (64 / 128 / 256) weight scales, K a multiple of 16 that is not one
   of 64 (a chunk with fewer than four 16-k pieces), N not a multiple of 8 or 32;
+* the Hopper mixed-input GEMM (sm90/fp8_wo_gemm_sm90.cu) from M = 17 with per-channel scales where
+  N % 8 == 0 (its three tiles: M <= 64, <= 512, above), and the mma kernel in its place
+  (PYQUANT_FP8_SM90_MIN_M huge), on a GPU other than sm_90 the mma kernel in both;
 * the reference kernel: float32 X, block sizes 16 / 32, K % 16 != 0, and PYQUANT_CUDA_KERNELS=ref.
 """
 
@@ -54,6 +57,17 @@ def test_fp8_weight_only_paths(rng, dtype, block_size, kn):
     k, n = kn
     model, w8, ws, bias_t = _case(rng, k, n, block_size, dtype, with_bias=bool(rng.integers(0, 2)))
     _check(_session(model), rng, M_LIST, k, n, dtype, w8, ws, block_size, bias_t)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("gemm", [True, False])
+@pytest.mark.parametrize("kn", [(4096, 264), (14336, 64), (512, 4104)])
+def test_fp8_weight_only_prefill(rng, dtype, gemm, kn):
+    """M = 17 .. 1100 with per-channel scales: the Hopper GEMM's tiles (or, with it off, the mma kernel)."""
+    k, n = kn
+    model, w8, ws, bias_t = _case(rng, k, n, 0, dtype, with_bias=True)
+    env = None if gemm else {"PYQUANT_FP8_SM90_MIN_M": str(1 << 40)}
+    _check(_session(model, env=env), rng, [17, 64, 100, 512, 513, 1100], k, n, dtype, w8, ws, 0, bias_t)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

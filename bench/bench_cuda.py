@@ -27,7 +27,8 @@ Methods (fp16 activations):
   pyquant_fp8       pyquant::LinearFp8, per-channel weight scales, dynamic per-token activation scales
   pyquant_fp8wo     pyquant::LinearFp8 with weight_only=1 (weight-only FP8: X not quantized) (not in the
                     default list); pyquant_fp8wo_portable: the same without its Hopper GEMM
-                    (PYQUANT_FP8_SM90_MIN_M huge: the mma.sync kernel at every M)
+                    (PYQUANT_FP8_SM90_MIN_M huge: the mma.sync kernel at every M); pyquant_fp8wo_from<M>:
+                    the Hopper GEMM from M (65, 129, 257, 1025)
   torch_scaled_mm   torch._scaled_mm, e4m3 x e4m3 -> fp16, per-tensor scales, X already in fp8 (GEMM only)
   pyquant_fp8_portable  pyquant_fp8 with the Hopper GEMM off (PYQUANT_FP8_SM90_MIN_M huge): the
                     mma.sync kernels that serve GPUs other than sm_90 (not in the default list)
@@ -208,6 +209,7 @@ METHOD_ENV = {
     "pyquant_int4_rn2": {"PYQUANT_INT4_SM90_RASTER": "n", "PYQUANT_INT4_SM90_SWIZZLE": "2"},
     "pyquant_fp8_portable": {"PYQUANT_FP8_SM90_MIN_M": str(1 << 40)},
     "pyquant_fp8wo_portable": {"PYQUANT_FP8_SM90_MIN_M": str(1 << 40)},
+    **{f"pyquant_fp8wo_from{m}": {"PYQUANT_FP8_SM90_MIN_M": str(m)} for m in (65, 129, 257, 1025)},
     # the default before session 18 on narrow layers: no cluster K split (matmul_int4_impl.cu)
     "pyquant_int4_nosplit": {"PYQUANT_INT4_MID_VARIANT": "nosplit"},
     # the default without the staged kernel (the session-19 dispatch)

@@ -20,7 +20,8 @@
 //     PYQUANT_CUDA_KERNELS=ref: fp8_wo_ref_kernel, one thread per output.
 //
 //   sm_90 from M = 17 (Fp8Options::sm90_min_m) with per-channel scales: the CUTLASS mixed-input
-//     GEMM of sm90/fp8_wo_gemm_sm90.cu (e4m3 converted in registers, wgmma on T).
+//     GEMM of sm90/fp8_wo_gemm_sm90.cu (e4m3 converted in registers, wgmma on T), except on short
+//     rows where the mma kernel's grid stays small (WoGemmArgs).
 // fp8_wo_mma_kernel suits decode-sized M: above M = 16 every CTA of 32 channels re-reads its token
 // rows of X from L2, which is why prefill takes the Hopper GEMM where there is one.
 #include "cuda/linear_fp8_weight_only.h"
@@ -284,12 +285,23 @@ bool Fp8WeightOnlyFastPath(const LinearFp8Problem& p, size_t elem_bytes) {
 namespace {
 // The Hopper GEMM's arguments where it may serve p (sm_90, fp16 / bf16, per-channel scales,
 // M >= gemm_min_m, CUTLASS can implement it); false otherwise.
+//
+// Short rows (K <= kWoMmaMaxK) keep the mma kernel while its grid (32 tokens x 32 channels per CTA)
+// is at most kWoMmaMaxWaves CTAs per SM: there the GEMM's per-tile latency costs more than the
+// kernel's re-reads of X. H100 (bench/results/2026-11-27-h100-s32-fp8wo-small-bench-cuda.md, GEMM /
+// mma kernel, us): 576 x 1536 at M = 256: 7.0 / 6.1 (384 CTAs), at M = 1024: 11.0 / 21.9 (1536);
+// 576 x 192 at M = 1024: 9.9 / 5.2 (192); 1536 x 576 at M = 1024: 18.5 / 16.6 (576). Long rows take
+// the GEMM from gemm_min_m: 4096 x 14336 at M = 64 28.7 / 66.7 (…-s32-fp8wo-gemm-bench-cuda.md).
+constexpr int64_t kWoMmaMaxK = 2048;
+constexpr int64_t kWoMmaMaxWaves = 6;
 template <typename T>
 bool WoGemmArgs(const LinearFp8Problem& p, int64_t gemm_min_m, sm90::Fp8WoGemmArgs* a) {
   if (std::is_same<T, float>::value || p.block_size != 0 || p.m < gemm_min_m) return false;
   if (p.m >= (int64_t{1} << 31) || p.n >= (int64_t{1} << 31) || p.k >= (int64_t{1} << 31)) return false;
   int device = 0;
   if (!CurrentDeviceIsSm90(&device)) return false;
+  const int64_t mma_ctas = (p.n + 31) / 32 * ((p.m + 31) / 32);
+  if (p.k <= kWoMmaMaxK && mma_ctas <= kWoMmaMaxWaves * CudaSmCount(device)) return false;
   a->x = p.x, a->w = p.w, a->w_scale = p.w_scale, a->bias = p.bias, a->y = p.y;
   a->m = static_cast<int>(p.m), a->n = static_cast<int>(p.n), a->k = static_cast<int>(p.k);
   a->device = device;

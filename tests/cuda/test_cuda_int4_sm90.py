@@ -99,7 +99,7 @@ def test_int4_sm90_deterministic(rng, dtype):
     if not _hopper_gemm_active():
         pytest.skip(
             "no Hopper GEMM here: the portable tiled kernel sums its split-K partials with fp32 "
-            "atomics (matmul_int4_impl.cu), not bit-reproducible run to run"
+            "atomics (matmul_int4_tiled_impl.cu), not bit-reproducible run to run"
         )
     k, n, bs = 4096, 512, 128
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, True, True)

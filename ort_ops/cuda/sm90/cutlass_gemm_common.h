@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 #ifndef CUTLASS_ENABLE_GDC_FOR_SM90
@@ -81,6 +82,23 @@ void ApplySchedulerTuning(SchedulerArgs& s, const Sm90SchedulerTuning& t) {
                    : t.raster == 2 ? RasterOrderOptions::AlongN
                                    : RasterOrderOptions::Heuristic;
   if (t.swizzle > 1) s.max_swizzle_size = t.swizzle;
+}
+
+// Data-parallel tiles instead of stream-K for the mixed-input GEMMs (INT4, weight-only FP8), where the
+// K loop is short and the output tiles fit one wave: stream-K can then only split a few K tiles per
+// output tile over the idle SMs, and its partial-tile fixup (workspace barriers cleared by a memset,
+// ordered reduction) costs more than the split saves. H100, session 31
+// (bench/results/2026-11-27-h100-s31-small-split-bench-cuda.md, INT4, stream-K against data-parallel,
+// us): 576 x 576 at M = 64 / 128 / 1024: 9.4 / 10.5 / 13.6 against 6.9 / 8.0 / 10.7; 1536 x 576 (24 K
+// tiles): 15.5 / 22.1 against 14.7 / 20.0 at M = 256 / 1024; on 4096 x 4096 (64 K tiles) data-parallel
+// loses (M = 64: 28.6 vs 20.7). channels / tokens / k: the problem in the swapped mapping (M_c, N_c, K).
+constexpr int kDataParallelMaxKTiles = 24;
+template <typename TileShape>
+bool DataParallelPays(int64_t channels, int64_t tokens, int64_t k, int sm_count) {
+  constexpr int kTileNc = cute::size<0>(TileShape{}), kTileMc = cute::size<1>(TileShape{});
+  constexpr int kTileK = cute::size<2>(TileShape{});
+  const int64_t tiles = ((channels + kTileNc - 1) / kTileNc) * ((tokens + kTileMc - 1) / kTileMc);
+  return (k + kTileK - 1) / kTileK <= kDataParallelMaxKTiles && tiles <= sm_count;
 }
 
 // GemmRunner: the calls around a GemmUniversalAdapter, for a struct D that defines `Gemm` (the

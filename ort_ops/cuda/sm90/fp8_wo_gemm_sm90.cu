@@ -106,16 +106,11 @@ struct Fp8WoGemm : GemmRunner<Fp8WoGemm<Element, TileShape, ClusterShape>, Fp8Wo
     return args;
   }
 
-  // The INT4 GEMM's rule (Int4Gemm::DataParallelPays, int4_gemm_sm90_kernel.cuh): with <= 24 K tiles
-  // and one wave of output tiles, stream-K's fixup costs more than its split saves (H100, session 32,
-  // bench/results/2026-11-27-h100-s32-fp8wo-gemm-bench-cuda.md: 576 x 1536 at M = 64 / 256 7.8 / 9.4 us
-  // under stream-K against 5.1 / 6.1 for the mma kernel).
-  static constexpr int kDataParallelMaxKTiles = 24;
+  // The INT4 GEMM's rule (cutlass_gemm_common.h): here too, stream-K lost on short rows (H100, session
+  // 32, bench/results/2026-11-27-h100-s32-fp8wo-gemm-bench-cuda.md: 576 x 1536 at M = 64 / 256 7.8 / 9.4
+  // us under stream-K against 5.1 / 6.1 for the mma kernel).
   static bool DataParallelPays(const Fp8WoGemmArgs& a, int sm_count) {
-    constexpr int kTileNc = cute::size<0>(TileShape{}), kTileMc = cute::size<1>(TileShape{});
-    constexpr int kTileK = cute::size<2>(TileShape{});
-    const int64_t tiles = int64_t((a.n + kTileNc - 1) / kTileNc) * ((a.m + kTileMc - 1) / kTileMc);
-    return (a.k + kTileK - 1) / kTileK <= kDataParallelMaxKTiles && tiles <= sm_count;
+    return detail::DataParallelPays<TileShape>(a.n, a.m, a.k, sm_count);
   }
 };
 

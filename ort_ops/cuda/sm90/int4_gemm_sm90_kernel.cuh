@@ -147,18 +147,9 @@ struct Int4Gemm : GemmRunner<Int4Gemm<Element, TileShape, ClusterShape_, Schedul
     return args;
   }
 
-  // Short K loops in one wave of tiles: stream-K can only split a few K tiles per output tile over the
-  // idle SMs, and its partial-tile fixup (workspace barriers cleared by a memset, ordered reduction)
-  // costs more than the split saves. H100, session 31 (bench/results/2026-11-27-h100-s31-small-split-
-  // bench-cuda.md, default = stream-K against data-parallel, us): 576 x 576 at M = 64 / 128 / 1024:
-  // 9.4 / 10.5 / 13.6 against 6.9 / 8.0 / 10.7; 1536 x 576 (24 K tiles): 15.5 / 22.1 against 14.7 /
-  // 20.0 at M = 256 / 1024; on 4096 x 4096 (64 K tiles) data-parallel loses (M = 64: 28.6 vs 20.7).
-  static constexpr int kDataParallelMaxKTiles = 24;
+  // Data-parallel where the K loop is short and the tiles fit one wave (cutlass_gemm_common.h).
   static bool DataParallelPays(const Int4GemmArgs& a, int sm_count) {
-    constexpr int kTileNc = cute::size<0>(TileShape{}), kTileMc = cute::size<1>(TileShape{});
-    constexpr int kTileK = cute::size<2>(TileShape{});
-    const int64_t tiles = int64_t((a.n + kTileNc - 1) / kTileNc) * ((a.m + kTileMc - 1) / kTileMc);
-    return (a.k + kTileK - 1) / kTileK <= kDataParallelMaxKTiles && tiles <= sm_count;
+    return detail::DataParallelPays<TileShape>(a.n, a.m, a.k, sm_count);
   }
 };
 

@@ -16,12 +16,11 @@
 //     slots {2t, 2t+1} and kb + 4s + {2, 3} into {2t+8, 2t+9}: A (X, row-major m16 x k16) takes
 //     words 2s / 2s + 1 of the 8 T2 words of its rows' pieces, B (W, n8) the two e4m3 pairs of
 //     word s of its W piece.
-//   elsewhere (float32 X, K % 16 != 0, block_size 16 / 32, unaligned pointers) and for
-//     PYQUANT_CUDA_KERNELS=ref: fp8_wo_ref_kernel, one thread per output.
-//
 //   sm_90 from M = 17 (Fp8Options::sm90_min_m) with per-channel scales: the CUTLASS mixed-input
 //     GEMM of sm90/fp8_wo_gemm_sm90.cu (e4m3 converted in registers, wgmma on T), except on short
 //     rows where the mma kernel's grid stays small (WoGemmArgs).
+//   elsewhere (float32 X, K % 16 != 0, block_size 16 / 32, unaligned pointers) and for
+//     PYQUANT_CUDA_KERNELS=ref: fp8_wo_ref_kernel, one thread per output.
 // fp8_wo_mma_kernel suits decode-sized M: above M = 16 every CTA of 32 channels re-reads its token
 // rows of X from L2, which is why prefill takes the Hopper GEMM where there is one.
 #include "cuda/linear_fp8_weight_only.h"

@@ -214,12 +214,12 @@ void LaunchFused(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cudaStream
                       bs_log2, nsb, pdl.weights_early);
 }
 
-template <typename T, int kR, int kThreads, bool kExact = false>
+template <typename T, int kR, int kThreads, bool kExact = false, bool kWeightOnly = false>
 void LaunchFusedScales(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cudaStream_t stream) {
   if (p.block_size != 0) {
-    LaunchFused<T, kR, kThreads, true, kExact>(p, bs_log2, pdl, stream);
+    LaunchFused<T, kR, kThreads, true, kExact, kWeightOnly>(p, bs_log2, pdl, stream);
   } else {
-    LaunchFused<T, kR, kThreads, false, kExact>(p, bs_log2, pdl, stream);
+    LaunchFused<T, kR, kThreads, false, kExact, kWeightOnly>(p, bs_log2, pdl, stream);
   }
 }
 
@@ -250,11 +250,9 @@ cudaError_t LaunchFp8GemvWeightOnly(const LinearFp8Problem& p, PdlMode pdl, cuda
   const int bs_log2 = CeilLog2(p.block_size);
   // the auto variants' shapes (Fp8GemvAutoVariant): 4 rows per CTA at M = 1, 8 at M = 2
   if (p.m == 1) {
-    p.block_size != 0 ? LaunchFused<T, 4, 128, true, false, true>(p, bs_log2, pdl, stream)
-                      : LaunchFused<T, 4, 128, false, false, true>(p, bs_log2, pdl, stream);
+    LaunchFusedScales<T, 4, 128, false, true>(p, bs_log2, pdl, stream);
   } else {
-    p.block_size != 0 ? LaunchFused<T, 8, 128, true, false, true>(p, bs_log2, pdl, stream)
-                      : LaunchFused<T, 8, 128, false, false, true>(p, bs_log2, pdl, stream);
+    LaunchFusedScales<T, 8, 128, false, true>(p, bs_log2, pdl, stream);
   }
   return cudaGetLastError();
 }

@@ -8,6 +8,7 @@ from pyquant._library import build_info, get_library_path
 from pyquant.algorithms import CalibrationStats, Fp8Packed, Int4Packed, register_weight_quantizer
 from pyquant.config import Fp8Config, Int4Config, QuantizeConfig, config_from_dict
 from pyquant.export import ExportError, ExportReport, custom_translation_table, export, verify_onnx_model
+from pyquant.export_lm import export_causal_lm
 from pyquant.modules import Fp8Linear, Int4Linear
 from pyquant.ops_spec import DOMAIN, FP8_OP, INT4_OP
 from pyquant.quantize import QuantizeSummary, load_quantized, quantize, save_quantized
@@ -34,6 +35,7 @@ __all__ = [
     "config_from_dict",
     "custom_translation_table",
     "export",
+    "export_causal_lm",
     "get_library_path",
     "load_quantized",
     "ort",

@@ -89,7 +89,17 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from pyquant.export import export
 
     recipe, model, _ = _load_quantized(args)
-    rep = export(recipe.wrap(model), _example_inputs(), args.out, external_data=args.external_data)
+    if args.dtype == "float16":
+        model = model.half()
+    if args.kv_cache:
+        from pyquant.export_lm import export_causal_lm
+
+        if recipe.task != "causal-lm":
+            raise ValueError(f"--kv-cache needs a causal LM; {recipe.name!r} is an {recipe.task} model")
+
+        rep = export_causal_lm(model, args.out, external_data=args.external_data)
+    else:
+        rep = export(recipe.wrap(model), _example_inputs(), args.out, external_data=args.external_data)
     print(rep)
     return 0
 
@@ -237,6 +247,18 @@ def build_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="weights in <out>.data (default: only when over 2 GB)",
+    )
+    e.add_argument(
+        "--kv-cache",
+        action="store_true",
+        help="causal LMs: export for generation, with the KV cache as inputs / outputs "
+        "(pyquant.export_causal_lm; run it with pyquant.ort.generate)",
+    )
+    e.add_argument(
+        "--dtype",
+        choices=("float32", "float16"),
+        default="float32",
+        help="activation dtype of the exported model (float16 for the CUDA EP's fast kernels)",
     )
     e.set_defaults(fn=_cmd_export)
 

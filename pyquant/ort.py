@@ -137,3 +137,105 @@ def make_session(
         return ort.InferenceSession(model, sess_options=so, providers=resolved)
     finally:
         os.environ.pop("PYQUANT_INT4_SHUFFLE", None)
+
+
+_NUMPY_DTYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64"}
+
+
+def generate(
+    session: ort.InferenceSession,
+    input_ids: Any,
+    max_new_tokens: int,
+    *,
+    attention_mask: Any = None,
+    eos_token_id: int | None = None,
+    device: str = "cpu",
+) -> Any:
+    """Greedy decoding with the KV cache of a graph from ``pyquant.export_causal_lm``.
+
+    input_ids: [batch, prompt] integer tokens; prompts of different lengths are left-padded, with
+    ``attention_mask`` 0 on the padding (default: all ones). The prompt runs as one step (past = 0),
+    then one token per sequence per step against the cache. ``device`` ("cpu" or "cuda") is where
+    the cache lives between steps (IOBinding: with "cuda" it never leaves the GPU; only the last
+    position's logits come back). Returns the new tokens [batch, n], n <= max_new_tokens: fewer
+    when every row has produced ``eos_token_id`` (rows that finished early repeat it).
+    """
+    import numpy as np
+
+    ids = np.asarray(input_ids)
+    if ids.ndim != 2 or ids.shape[1] == 0 or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(
+            f"input_ids must be a non-empty integer array [batch, prompt], got {ids.dtype} {ids.shape}"
+        )
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    mask = (
+        np.ones(ids.shape, np.int64)
+        if attention_mask is None
+        else np.asarray(attention_mask).astype(np.int64)
+    )
+    if mask.shape != ids.shape or not np.isin(mask, (0, 1)).all():
+        raise ValueError(
+            f"attention_mask must be 0 / 1 of the shape of input_ids {ids.shape}, got {mask.shape}"
+        )
+    if not mask[:, -1].all():
+        raise ValueError(
+            "attention_mask: pad prompts on the left (the last position of every row must be a token)"
+        )
+    inputs = {i.name: i for i in session.get_inputs()}
+    past = [i for i in session.get_inputs() if i.name.startswith("past_key_values.")]
+    if not past or not {"input_ids", "attention_mask", "position_ids"} <= set(inputs):
+        raise ValueError(
+            "the session's model has no KV cache inputs (past_key_values.*): export it with "
+            "pyquant.export_causal_lm"
+        )
+    outputs = [o.name for o in session.get_outputs()]
+    present_of = {p.name: "present." + p.name[len("past_key_values.") :] for p in past}
+    missing = [n for n in present_of.values() if n not in outputs]
+    if missing or outputs[0] != "logits":
+        raise ValueError(
+            f"the session's model lacks outputs logits / {missing}: not a pyquant.export_causal_lm graph"
+        )
+    dev = "cuda" if device == "cuda" else "cpu"
+    batch = ids.shape[0]
+    cache: dict[str, Any] = {}
+    for p in past:
+        h, d = p.shape[1], p.shape[3]
+        if p.type not in _NUMPY_DTYPES or not isinstance(h, int) or not isinstance(d, int):
+            raise ValueError(f"cache input {p.name}: unsupported type / shape {p.type} {p.shape}")
+        cache[p.name] = np.zeros((batch, h, 0, d), _NUMPY_DTYPES[p.type])
+
+    binding = session.io_binding()
+    step_ids = ids.astype(np.int64)
+    positions = np.where(mask == 1, np.cumsum(mask, axis=1) - 1, 1).astype(np.int64)
+    done = np.zeros(batch, bool)
+    new_tokens: list[Any] = []
+    for _ in range(max_new_tokens):
+        binding.clear_binding_inputs()
+        binding.clear_binding_outputs()
+        binding.bind_cpu_input("input_ids", np.ascontiguousarray(step_ids))
+        binding.bind_cpu_input("attention_mask", np.ascontiguousarray(mask))
+        binding.bind_cpu_input("position_ids", np.ascontiguousarray(positions))
+        for name, value in cache.items():
+            if isinstance(value, np.ndarray):
+                binding.bind_cpu_input(name, value)
+            else:
+                binding.bind_ortvalue_input(name, value)
+        for name in outputs:
+            binding.bind_output(name, dev)
+        session.run_with_iobinding(binding)
+        values = binding.get_outputs()
+        logits = values[0].numpy()[:, -1, :]
+        produced = dict(zip(outputs, values, strict=True))
+        cache = {name: produced[present_of[name]] for name in cache}
+        token = logits.argmax(axis=-1).astype(np.int64)
+        if eos_token_id is not None:
+            token = np.where(done, eos_token_id, token)
+            done |= token == eos_token_id
+        new_tokens.append(token)
+        if eos_token_id is not None and done.all():
+            break
+        step_ids = token[:, None]
+        positions = mask.sum(axis=1, keepdims=True).astype(np.int64)
+        mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], axis=1)
+    return np.stack(new_tokens, axis=1) if new_tokens else np.zeros((batch, 0), np.int64)

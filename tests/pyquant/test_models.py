@@ -115,3 +115,32 @@ def test_smollm2_export_graph(smollm2, tmp_path) -> None:  # noqa: ANN001
     # tensor's relative error instead of every element.
     rel = np.linalg.norm(y - ref) / np.linalg.norm(ref)
     assert rel < 5e-3, rel
+
+
+def test_smollm2_generate_with_kv_cache(smollm2, tmp_path) -> None:  # noqa: ANN001
+    """The real model's config (tied embeddings, RoPE, GQA) through export_causal_lm, two layers:
+    greedy decoding in ORT with the cache gives transformers' greedy tokens for the quantized model."""
+    import pyquant.ort
+    from pyquant.export_lm import export_causal_lm
+    from pyquant.quantize import quantize
+
+    recipe = get_recipe("smollm2")
+    model, tok = smollm2
+    small = copy.deepcopy(model)
+    small.model.layers = small.model.layers[:2]
+    small.config.num_hidden_layers = 2
+    quantize(small, recipe.quantize_config("int4-b64-asym"))
+    rep = export_causal_lm(small, tmp_path / "smol2kv.onnx")
+    assert rep.op_counts == {"MatMulInt4": 14}
+    side, tok.padding_side = tok.padding_side, "left"  # generation pads prompts on the left
+    try:
+        enc = tok(["The capital of France is", "Water boils at"], return_tensors="pt", padding=True)
+    finally:
+        tok.padding_side = side
+    assert (enc["attention_mask"][1] == 0).any()  # prompts of different lengths: padding is covered
+    with torch.no_grad():
+        ref = small.generate(**enc, max_new_tokens=10, do_sample=False, pad_token_id=tok.eos_token_id)
+    got = pyquant.ort.generate(
+        cpu_session(rep.path), enc["input_ids"].numpy(), 10, attention_mask=enc["attention_mask"].numpy()
+    )
+    np.testing.assert_array_equal(got, ref[:, enc["input_ids"].shape[1] :].numpy())

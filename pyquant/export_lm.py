@@ -1,0 +1,211 @@
+"""Export a decoder-only causal LM with its KV cache as graph inputs and outputs, for generation.
+
+``pyquant.export`` on a causal LM gives a graph that recomputes the whole sequence at every step:
+fine for scoring (``pyquant eval``), useless for serving, where decode steps run one token per
+sequence against the cached keys and values. That M = 1 step is where INT4 / FP8 weights pay off
+most (the op's decode kernels stream the packed weights once), so the quantized model has to be
+exported with its cache:
+
+    model = pyquant.quantize(hf_causal_lm, pyquant.Int4Config(block_size=64))
+    pyquant.export_causal_lm(model, "lm.onnx")
+    sess = pyquant.ort.make_session("lm.onnx")
+    new_tokens = pyquant.ort.generate(sess, prompt_ids, max_new_tokens=32)
+
+The graph (names as Hugging Face Optimum and onnxruntime-genai use them):
+
+    inputs   input_ids                    int64 [batch, seq]
+             attention_mask               int64 [batch, past + seq]  1 = real token, 0 = padding
+             position_ids                 int64 [batch, seq]
+             past_key_values.{i}.key      T     [batch, kv_heads, past, head_dim]  (i = layer)
+             past_key_values.{i}.value    T     [batch, kv_heads, past, head_dim]
+    outputs  logits                       T     [batch, seq, vocab]
+             present.{i}.key / .value     T     [batch, kv_heads, past + seq, head_dim]
+
+T is the model's dtype when exported (float32, or float16 after ``model.half()``). Every dim named
+above except kv_heads, head_dim and vocab is dynamic; the first step passes past = 0 (empty
+arrays). Only models whose layers all use full attention with the standard DynamicCache are
+supported (Llama, Mistral, Qwen2, SmolLM2, ...); anything else raises ValueError.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from pyquant.export import ExportReport, export
+
+__all__ = ["CacheSpec", "CausalLMWithCache", "cache_spec", "export_causal_lm"]
+
+PAST_NAME = "past_key_values.{layer}.{kind}"
+PRESENT_NAME = "present.{layer}.{kind}"
+KINDS = ("key", "value")
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """Shape of one model's KV cache: per layer a key and a value [batch, kv_heads, length, head_dim]."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+
+    @property
+    def past_names(self) -> list[str]:
+        return [PAST_NAME.format(layer=i, kind=k) for i in range(self.num_layers) for k in KINDS]
+
+    @property
+    def present_names(self) -> list[str]:
+        return [PRESENT_NAME.format(layer=i, kind=k) for i in range(self.num_layers) for k in KINDS]
+
+
+def _config(model: nn.Module) -> Any:
+    cfg = getattr(model, "config", None)
+    if cfg is None:
+        raise ValueError(
+            "export_causal_lm expects a Hugging Face causal LM (a model with .config), "
+            f"got {type(model).__name__}"
+        )
+    return cfg
+
+
+def cache_spec(model: nn.Module) -> CacheSpec:
+    """The KV cache of ``model``, or ValueError naming what makes it unsupported."""
+    cfg = _config(model)
+    name = type(model).__name__
+    if getattr(cfg, "is_encoder_decoder", False):
+        raise ValueError(f"{name}: encoder-decoder models are not supported (decoder-only causal LMs only)")
+    get_out = getattr(model, "get_output_embeddings", None)
+    if get_out is None or get_out() is None:
+        raise ValueError(
+            f"{name} has no LM head: export_causal_lm needs a causal LM (e.g. AutoModelForCausalLM)"
+        )
+    layers = getattr(cfg, "num_hidden_layers", None)
+    heads = getattr(cfg, "num_attention_heads", None)
+    hidden = getattr(cfg, "hidden_size", None)
+    if not all(isinstance(v, int) and v > 0 for v in (layers, heads, hidden)):
+        raise ValueError(f"{name}: config lacks num_hidden_layers / num_attention_heads / hidden_size")
+    kinds = set(getattr(cfg, "layer_types", None) or ["full_attention"])
+    if kinds != {"full_attention"}:
+        raise ValueError(
+            f"{name}: layer types {sorted(kinds)} are not supported (only full attention: sliding-window "
+            "and recurrent layers keep caches of another shape)"
+        )
+    if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True):
+        raise ValueError(f"{name}: sliding-window attention is not supported (full attention only)")
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(cfg, "head_dim", None) or hidden // heads
+    return CacheSpec(int(layers), int(kv_heads), int(head_dim))
+
+
+class CausalLMWithCache(nn.Module):
+    """``lm`` as a function of flat tensors: (input_ids, attention_mask, position_ids, past) ->
+    (logits, present...), past / present as [key_0, value_0, key_1, ...] (the graph's order)."""
+
+    def __init__(self, lm: nn.Module) -> None:
+        super().__init__()
+        self.lm = lm
+        self.spec = cache_spec(lm)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        past_key_values: Sequence[torch.Tensor],
+    ) -> tuple[torch.Tensor, ...]:
+        n = self.spec.num_layers
+        if len(past_key_values) != 2 * n:
+            raise ValueError(
+                f"expected {2 * n} past tensors (key and value of {n} layers), got {len(past_key_values)}"
+            )
+        cache = _dynamic_cache(
+            [(past_key_values[2 * i], past_key_values[2 * i + 1]) for i in range(n)], self.lm.config
+        )
+        # transformers 5.x renames the forward's `past_key_values` to `cache` (the old name warns)
+        cache_arg = "cache" if "cache" in inspect.signature(self.lm.forward).parameters else "past_key_values"
+        out = self.lm(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=True,
+            **{cache_arg: cache},
+        )
+        present_cache = getattr(out, "cache", None)
+        if present_cache is None:
+            present_cache = out.past_key_values
+        present: list[torch.Tensor] = []
+        for key, value in _cache_tensors(present_cache):
+            present += [key, value]
+        return (out.logits, *present)
+
+
+def _dynamic_cache(pairs: list[tuple[torch.Tensor, torch.Tensor]], config: Any) -> Any:
+    """transformers' DynamicCache holding ``pairs`` (key, value per layer), across its API versions."""
+    from transformers import DynamicCache
+
+    params = inspect.signature(DynamicCache.__init__).parameters
+    if "ddp_cache_data" in params:  # transformers >= 4.56
+        return DynamicCache(ddp_cache_data=pairs, **({"config": config} if "config" in params else {}))
+    return DynamicCache.from_legacy_cache(tuple(pairs))
+
+
+def _cache_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    if hasattr(cache, "layers"):  # transformers >= 4.56
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return list(zip(cache.key_cache, cache.value_cache, strict=True))
+
+
+def _model_dtype(model: nn.Module) -> torch.dtype:
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    w = getattr(emb, "weight", None)
+    return w.dtype if isinstance(w, torch.Tensor) and w.is_floating_point() else torch.float32
+
+
+def export_causal_lm(
+    model: nn.Module,
+    path: str | os.PathLike,
+    *,
+    external_data: bool | None = None,
+    opset_version: int | None = None,
+    allow_float_fallback: bool = False,
+) -> ExportReport:
+    """Export a (quantized) decoder-only Hugging Face causal LM with its KV cache to ONNX at ``path``
+    (the graph of the module docstring), verified as ``pyquant.export`` verifies (every quantized
+    layer a pyquant node, no float copy of its weights)."""
+    spec = cache_spec(model)
+    cfg = _config(model)
+    dtype = _model_dtype(model)
+    # Example sizes all distinct and >= 2, so that torch.export keeps every dim symbolic and no
+    # two dims are unified by accident (batch 2, 3 new tokens after 4 cached ones).
+    batch, seq, past = 2, 3, 4
+    g = torch.Generator().manual_seed(0)
+    vocab = int(getattr(cfg, "vocab_size", 2) or 2)
+    input_ids = torch.randint(0, vocab, (batch, seq), generator=g)
+    attention_mask = torch.ones(batch, past + seq, dtype=torch.int64)
+    position_ids = torch.arange(past, past + seq, dtype=torch.int64).expand(batch, seq).contiguous()
+    shape = (batch, spec.num_kv_heads, past, spec.head_dim)
+    past_kv = tuple(torch.randn(shape, generator=g).to(dtype) for _ in range(2 * spec.num_layers))
+    dyn = torch.export.Dim.DYNAMIC
+    dynamic_shapes = (
+        {0: dyn, 1: dyn},
+        {0: dyn, 1: dyn},
+        {0: dyn, 1: dyn},
+        tuple({0: dyn, 2: dyn} for _ in past_kv),
+    )
+    return export(
+        CausalLMWithCache(model).eval(),
+        (input_ids, attention_mask, position_ids, past_kv),
+        path,
+        input_names=["input_ids", "attention_mask", "position_ids", *spec.past_names],
+        output_names=["logits", *spec.present_names],
+        dynamic_shapes=dynamic_shapes,
+        external_data=external_data,
+        opset_version=opset_version,
+        allow_float_fallback=allow_float_fallback,
+    )

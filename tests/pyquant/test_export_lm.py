@@ -1,0 +1,164 @@
+"""Causal-LM export with the KV cache (pyquant/export_lm.py) and greedy decoding in ORT
+(pyquant.ort.generate): the graph's inputs / outputs, ORT against the torch model with
+transformers' own cache at several batch / past / new-token sizes, token-for-token agreement with
+transformers' greedy ``generate`` (left padding included), and the errors for models and inputs
+it cannot take."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+from pyquant.config import Fp8Config, Int4Config, QuantizeConfig
+from pyquant.export_lm import CausalLMWithCache, cache_spec, export_causal_lm
+from pyquant.quantize import quantize
+from tests.pyquant.ort_session import cpu_session
+from tests.pyquant.tiny_models import tiny_llama
+
+# Every linear quantized: INT4 (symmetric and asymmetric), W8A8 FP8 and weight-only FP8 mixed.
+MIXED = QuantizeConfig(
+    default=Int4Config(32),
+    overrides={
+        "*.mlp.down_proj": Fp8Config(),
+        "*.self_attn.o_proj": Int4Config(32, symmetric=False),
+        "lm_head": Fp8Config(activation="none"),
+    },
+)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):  # noqa: ANN201
+    model = quantize(tiny_llama(eager=False, intermediate_size=96), MIXED)
+    path = tmp_path_factory.mktemp("lm") / "lm.onnx"
+    report = export_causal_lm(model, path)
+    return model, path, report
+
+
+def _feeds(spec, batch: int, past: int, seq: int, seed: int) -> tuple[dict[str, np.ndarray], tuple]:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 128, (batch, seq), generator=g)
+    mask = torch.ones(batch, past + seq, dtype=torch.int64)
+    pos = torch.arange(past, past + seq).expand(batch, seq).contiguous()
+    kv = tuple(
+        torch.randn(batch, spec.num_kv_heads, past, spec.head_dim, generator=g) for _ in spec.past_names
+    )
+    feeds = {"input_ids": ids.numpy(), "attention_mask": mask.numpy(), "position_ids": pos.numpy()}
+    feeds.update({n: t.numpy() for n, t in zip(spec.past_names, kv, strict=True)})
+    return feeds, (ids, mask, pos, kv)
+
+
+def test_graph_inputs_outputs(exported) -> None:
+    model, path, report = exported
+    spec = cache_spec(model)
+    assert (spec.num_layers, spec.num_kv_heads, spec.head_dim) == (2, 2, 16)
+    # 7 linears per layer and the head: INT4 except down_proj (FP8) and lm_head (weight-only FP8)
+    assert report.op_counts == {"MatMulInt4": 12, "LinearFp8": 3}
+    sess = cpu_session(path)
+    ins = {i.name: i for i in sess.get_inputs()}
+    assert list(ins) == ["input_ids", "attention_mask", "position_ids", *spec.past_names]
+    assert [o.name for o in sess.get_outputs()] == ["logits", *spec.present_names]
+    past = ins["past_key_values.1.value"]
+    assert past.type == "tensor(float)" and past.shape[1:2] + past.shape[3:] == [2, 16]
+    assert all(isinstance(d, str) for d in (past.shape[0], past.shape[2]))  # batch, past: dynamic
+
+
+@pytest.mark.parametrize(("batch", "past", "seq"), [(2, 4, 3), (1, 0, 5), (3, 9, 1), (2, 0, 1)])
+def test_ort_matches_torch_with_cache(exported, batch: int, past: int, seq: int) -> None:
+    model, path, _ = exported
+    spec = cache_spec(model)
+    feeds, args = _feeds(spec, batch, past, seq, seed=batch * 100 + past * 10 + seq)
+    outs = cpu_session(path).run(None, feeds)
+    with torch.no_grad():
+        ref = CausalLMWithCache(model)(*args)
+    assert outs[0].shape == (batch, seq, 128)
+    for got, want in zip(outs, ref, strict=True):
+        assert got.shape == tuple(want.shape)
+        np.testing.assert_allclose(got, want.numpy(), atol=2e-3, rtol=2e-3)
+    # the presents are the pasts with this step's keys / values appended
+    for i in range(len(spec.present_names)):
+        np.testing.assert_array_equal(outs[1 + i][:, :, :past], feeds[spec.past_names[i]])
+
+
+def test_generate_matches_transformers(exported) -> None:
+    model, path, _ = exported
+    sess = cpu_session(path)
+    import pyquant.ort
+
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(0, 128, (3, 6), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0  # left padding: a 4-token prompt beside two 6-token ones
+    mask[2, :5] = 0  # and a 1-token one
+    with torch.no_grad():
+        ref = model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=12, do_sample=False, pad_token_id=2
+        )
+    # Llama's eos is 2: transformers pads a finished row with pad_token_id, ours repeats eos
+    got = pyquant.ort.generate(sess, ids.numpy(), 12, attention_mask=mask.numpy(), eos_token_id=2)
+    assert (got == 2).any()  # the comparison covers a row that stops early
+    np.testing.assert_array_equal(got, ref[:, 6:].numpy())
+
+
+def test_generate_stops_at_eos(exported) -> None:
+    _, path, _ = exported
+    sess = cpu_session(path)
+    import pyquant.ort
+
+    ids = np.array([[5, 9, 17, 3]])
+    free = pyquant.ort.generate(sess, ids, 8)
+    eos = int(free[0, 2])
+    first = int(np.argmax(free[0] == eos))
+    got = pyquant.ort.generate(sess, ids, 8, eos_token_id=eos)
+    np.testing.assert_array_equal(got[0], free[0, : first + 1])
+    assert pyquant.ort.generate(sess, ids, 0).shape == (1, 0)
+
+
+def test_float16_export(tmp_path) -> None:
+    model = quantize(tiny_llama(eager=False, seed=1), QuantizeConfig(default=Int4Config(32))).half()
+    export_causal_lm(model, tmp_path / "lm16.onnx")
+    sess = cpu_session(tmp_path / "lm16.onnx")
+    assert sess.get_inputs()[3].type == "tensor(float16)"
+    import pyquant.ort
+
+    got = pyquant.ort.generate(sess, np.array([[1, 2, 3, 4, 5]]), 4)
+    assert got.shape == (1, 4) and ((got >= 0) & (got < 128)).all()
+
+
+class _Encoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.config = type("Cfg", (), {"num_hidden_layers": 1, "num_attention_heads": 2, "hidden_size": 8})()
+        self.proj = nn.Linear(8, 8)
+
+    def get_output_embeddings(self) -> None:
+        return None
+
+
+def test_unsupported_models() -> None:
+    with pytest.raises(ValueError, match="Hugging Face causal LM"):
+        cache_spec(nn.Linear(4, 4))
+    with pytest.raises(ValueError, match="no LM head"):
+        cache_spec(_Encoder())
+    with pytest.raises(ValueError, match="layer types"):
+        cache_spec(tiny_llama(layer_types=["full_attention", "sliding_attention"], sliding_window=8))
+
+
+def test_generate_input_errors(exported, tmp_path) -> None:
+    _, path, _ = exported
+    sess = cpu_session(path)
+    import pyquant.ort
+
+    with pytest.raises(ValueError, match="integer array"):
+        pyquant.ort.generate(sess, np.zeros((2, 3), np.float32), 2)
+    with pytest.raises(ValueError, match="left"):
+        pyquant.ort.generate(sess, np.ones((1, 3), np.int64), 2, attention_mask=np.array([[1, 1, 0]]))
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        pyquant.ort.generate(sess, np.ones((1, 3), np.int64), -1)
+    # a graph without a cache (pyquant.export of a plain module)
+    from pyquant.export import export
+
+    export(nn.Sequential(nn.Linear(4, 4)), (torch.randn(2, 3, 4),), tmp_path / "plain.onnx")
+    with pytest.raises(ValueError, match="export_causal_lm"):
+        pyquant.ort.generate(cpu_session(tmp_path / "plain.onnx"), np.ones((1, 3), np.int64), 2)

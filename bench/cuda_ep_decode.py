@@ -1,0 +1,252 @@
+"""Whole-model generation on ONNX Runtime's CUDA EP with the KV cache: float16 against pyquant's
+INT4 / FP8 / weight-only FP8, same model, same run.
+
+    python bench/cuda_ep_decode.py --out bench/results --tag h100-sNN --commit <hash> \\
+        [--shape llama8b-4l,smollm2] [--schemes float16,int4-b128,fp8,fp8-wo] [--batch 1,8]
+
+Per shape (below; random weights: this measures speed, not accuracy) the script builds a
+transformers LlamaForCausalLM, quantizes every decoder linear with each scheme (round to nearest;
+lm_head and the embedding stay float16), exports it in float16 with pyquant.export_causal_lm and
+times greedy generation through pyquant.ort.generate(device="cuda") (the cache stays on the GPU;
+each step binds the inputs, runs, copies the last position's logits to the host and takes the
+argmax there, as a Python serving loop does). Reported per batch size: the prompt step (prefill of
+--prompt tokens) and the mean time per decoded token, from generate(1) and generate(1 + --tokens)
+(median of --repeats), plus torch fp16 eager (transformers' generate with its DynamicCache) as a
+reference. Decode steps are not CUDA-graph captured (the cache grows each step), so ORT's per-node
+launch cost is part of every figure: on small models it dominates, on large layers the weights'
+bytes do (that is where INT4 / FP8 pay).
+
+Shapes: llama8b-4l: Llama-3-8B's layer (hidden 4096, FFN 14336, 32 heads, 8 KV heads), 4 layers,
+vocab 32000; smollm2: SmolLM2-135M's (576, 1536, 9 / 3 heads, 30 layers, vocab 49152).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+SHAPES: dict[str, dict[str, int]] = {
+    "llama8b-4l": dict(
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        num_hidden_layers=4,
+        vocab_size=32000,
+    ),
+    "tiny": dict(  # a smoke test of the script (--provider cpu)
+        hidden_size=128,
+        intermediate_size=256,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        vocab_size=512,
+    ),
+    "smollm2": dict(
+        hidden_size=576,
+        intermediate_size=1536,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        num_hidden_layers=30,
+        vocab_size=49152,
+    ),
+}
+
+
+def _model(shape: str) -> Any:
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(max_position_embeddings=4096, tie_word_embeddings=False, **SHAPES[shape])
+    with torch.device("cpu"):
+        model = transformers.LlamaForCausalLM(cfg).eval()
+    return model
+
+
+def _quantized(model: Any, scheme: str) -> Any:
+    import copy
+
+    import pyquant
+    from pyquant.models.recipes import parse_scheme
+
+    m = copy.deepcopy(model)
+    if scheme != "float16":
+        cfg = pyquant.QuantizeConfig(default=parse_scheme(scheme), exclude=("lm_head",))
+        pyquant.quantize(m, cfg)
+    return m.half()
+
+
+def _timed(fn: Any, repeats: int) -> float:
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+def _ort_case(
+    path: Path, provider: str, batch: int, prompt: int, tokens: int, repeats: int, vocab: int
+) -> dict:
+    import pyquant.ort
+
+    sess = pyquant.ort.make_session(path, providers=(provider,), strict=True)
+    ids = np.random.default_rng(batch).integers(5, vocab, (batch, prompt))
+    pyquant.ort.generate(sess, ids, 3, device=provider)  # warm-up (kernel creation, arena growth)
+    one = _timed(lambda: pyquant.ort.generate(sess, ids, 1, device=provider), repeats)
+    full = _timed(lambda: pyquant.ort.generate(sess, ids, 1 + tokens, device=provider), repeats)
+    out = pyquant.ort.generate(sess, ids, 1 + tokens, device=provider)
+    return {
+        "prefill_ms": one * 1e3,
+        "decode_ms_per_token": (full - one) / tokens * 1e3,
+        "tokens": out.tolist(),
+    }
+
+
+def _torch_case(model: Any, batch: int, prompt: int, tokens: int, repeats: int, vocab: int) -> dict:
+    import torch
+
+    m = model.half().cuda()
+    ids = torch.as_tensor(np.random.default_rng(batch).integers(5, vocab, (batch, prompt))).cuda()
+
+    def gen(n: int) -> None:
+        with torch.no_grad():
+            m.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=n,
+                min_new_tokens=n,
+                do_sample=False,
+                pad_token_id=0,
+            )
+        torch.cuda.synchronize()
+
+    gen(3)
+    one = _timed(lambda: gen(1), repeats)
+    full = _timed(lambda: gen(1 + tokens), repeats)
+    m.cpu()
+    torch.cuda.empty_cache()
+    return {"prefill_ms": one * 1e3, "decode_ms_per_token": (full - one) / tokens * 1e3}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="directory for <date>-<tag>-cuda-ep-decode.{json,md}")
+    ap.add_argument("--tag", required=True)
+    ap.add_argument("--commit", default="?")
+    ap.add_argument("--shape", default="llama8b-4l,smollm2")
+    ap.add_argument("--schemes", default="float16,int4-b128,int4-b64-asym,fp8,fp8-wo")
+    ap.add_argument("--batch", default="1,8")
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument(
+        "--provider", default="cuda", choices=("cuda", "cpu"), help="cpu: a smoke test of the script"
+    )
+    args = ap.parse_args()
+
+    import onnxruntime as ort
+    import torch
+
+    import pyquant
+
+    results = []
+    for shape in args.shape.split(","):
+        model = _model(shape)
+        vocab = SHAPES[shape]["vocab_size"]
+        for scheme in args.schemes.split(","):
+            with tempfile.TemporaryDirectory() as tmp:
+                t0 = time.perf_counter()
+                rep = pyquant.export_causal_lm(_quantized(model, scheme), Path(tmp) / "lm.onnx")
+                export_s = time.perf_counter() - t0
+                for b in (int(x) for x in args.batch.split(",")):
+                    r = _ort_case(rep.path, args.provider, b, args.prompt, args.tokens, args.repeats, vocab)
+                    r.update(
+                        shape=shape,
+                        method=f"ort_{scheme}",
+                        batch=b,
+                        file_mib=rep.file_bytes / 2**20,
+                        export_s=export_s,
+                        op_counts=rep.op_counts,
+                    )
+                    print(json.dumps({k: v for k, v in r.items() if k != "tokens"}), flush=True)
+                    results.append(r)
+        if not args.no_torch and args.provider == "cuda":
+            for b in (int(x) for x in args.batch.split(",")):
+                r = _torch_case(model, b, args.prompt, args.tokens, args.repeats, vocab)
+                r.update(shape=shape, method="torch_fp16_eager", batch=b)
+                print(json.dumps(r), flush=True)
+                results.append(r)
+        del model
+
+    date = datetime.date.today().isoformat()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"{date}-{args.tag}-cuda-ep-decode"
+    meta = {
+        "date": date,
+        "commit": args.commit,
+        "device": torch.cuda.get_device_name(0) if args.provider == "cuda" else "CPU",
+        "onnxruntime": ort.__version__,
+        "torch": torch.__version__,
+        "pyquant_build": pyquant.build_info(),
+        "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
+        "prompt": args.prompt,
+        "tokens": args.tokens,
+        "repeats": args.repeats,
+    }
+    stem.with_suffix(".json").write_text(json.dumps({**meta, "results": results}, indent=1))
+    stem.with_suffix(".md").write_text(_markdown(meta, results))
+    print(stem.with_suffix(".md").read_text())
+    return 0
+
+
+def _markdown(meta: dict, results: list[dict]) -> str:
+    lines = [
+        f"# Generation with the KV cache on the CUDA EP, {meta['date']}, {meta['device']}",
+        "",
+        f"commit `{meta['commit']}`; onnxruntime {meta['onnxruntime']}, torch {meta['torch']}. Command: "
+        f"`{meta['command']}`",
+        "",
+        f"Prompt {meta['prompt']} tokens in one step, then {meta['tokens']} decode steps (median of "
+        f"{meta['repeats']}); ms. Random weights; every decoder linear quantized (RTN), lm_head and "
+        "embedding float16. Speedup = float16 ORT time / this time.",
+        "",
+    ]
+    for shape in dict.fromkeys(r["shape"] for r in results):
+        lines += [
+            f"## {shape}",
+            "",
+            "| method | batch | prefill ms | decode ms / token | decode speedup | file MiB |",
+            "|---|---|---|---|---|---|",
+        ]
+        base = {r["batch"]: r for r in results if r["shape"] == shape and r["method"] == "ort_float16"}
+        for r in (r for r in results if r["shape"] == shape):
+            b = base.get(r["batch"])
+            sp = f"{b['decode_ms_per_token'] / r['decode_ms_per_token']:.2f}x" if b else ""
+            mib = f"{r['file_mib']:.0f}" if "file_mib" in r else ""
+            lines.append(
+                f"| {r['method']} | {r['batch']} | {r['prefill_ms']:.2f} | {r['decode_ms_per_token']:.2f} | "
+                f"{sp} | {mib} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    raise SystemExit(main())

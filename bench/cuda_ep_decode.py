@@ -116,6 +116,36 @@ def _ort_case(
     }
 
 
+def _profile(path: Path, provider: str, batch: int, prompt: int, vocab: int, tmp: str) -> dict:
+    """ORT's node profile of generate(1 + 4) after two warm-up runs: per op type (and provider) the
+    summed host time of the nodes' Compute calls over the prompt step and 4 decode steps, µs,
+    largest first (CUDA kernels run asynchronously: this is launch cost, not GPU time)."""
+    import onnxruntime as ort
+
+    import pyquant.ort
+
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(Path(tmp) / "prof")
+    sess = pyquant.ort.make_session(path, providers=(provider,), options=so, strict=True)
+    ids = np.random.default_rng(batch).integers(5, vocab, (batch, prompt))
+    pyquant.ort.generate(sess, ids, 2, device=provider)  # first runs: one-time preparation, not counted
+    pyquant.ort.generate(sess, ids, 5, device=provider)
+    events = json.loads(Path(sess.end_profiling()).read_text())
+    kernels = sorted(
+        (ev for ev in events if ev.get("cat") == "Node" and ev.get("name", "").endswith("_kernel_time")),
+        key=lambda ev: ev.get("ts", 0),
+    )
+    per_run = len({ev["name"] for ev in kernels})  # every run executes each node once
+    per_op: dict[str, float] = {}
+    for ev in kernels[2 * per_run :]:
+        a = ev.get("args", {})
+        if "op_name" in a:
+            key = f"{a['op_name']}@{a.get('provider', '?').replace('ExecutionProvider', '')}"
+            per_op[key] = per_op.get(key, 0.0) + float(ev.get("dur", 0))
+    return dict(sorted(per_op.items(), key=lambda kv: -kv[1])[:12])
+
+
 def _torch_case(model: Any, batch: int, prompt: int, tokens: int, repeats: int, vocab: int) -> dict:
     import torch
 
@@ -154,6 +184,7 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="also ORT's per-op kernel time (first batch size)")
     ap.add_argument(
         "--provider", default="cuda", choices=("cuda", "cpu"), help="cpu: a smoke test of the script"
     )
@@ -163,6 +194,27 @@ def main() -> int:
     import torch
 
     import pyquant
+
+    date = datetime.date.today().isoformat()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"{date}-{args.tag}-cuda-ep-decode"
+    meta = {
+        "date": date,
+        "commit": args.commit,
+        "device": torch.cuda.get_device_name(0) if args.provider == "cuda" else "CPU",
+        "onnxruntime": ort.__version__,
+        "torch": torch.__version__,
+        "pyquant_build": pyquant.build_info(),
+        "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
+        "prompt": args.prompt,
+        "tokens": args.tokens,
+        "repeats": args.repeats,
+    }
+
+    def save() -> None:  # after every case: a run stopped by its time limit keeps what it measured
+        stem.with_suffix(".json").write_text(json.dumps({**meta, "results": results}, indent=1))
+        stem.with_suffix(".md").write_text(_markdown(meta, results))
 
     results = []
     for shape in args.shape.split(","):
@@ -184,33 +236,20 @@ def main() -> int:
                         op_counts=rep.op_counts,
                     )
                     print(json.dumps({k: v for k, v in r.items() if k != "tokens"}), flush=True)
+                    if args.profile and b == int(args.batch.split(",")[0]):
+                        r["profile_us"] = _profile(rep.path, args.provider, b, args.prompt, vocab, tmp)
+                        print(json.dumps(r["profile_us"]), flush=True)
                     results.append(r)
+                    save()
         if not args.no_torch and args.provider == "cuda":
             for b in (int(x) for x in args.batch.split(",")):
                 r = _torch_case(model, b, args.prompt, args.tokens, args.repeats, vocab)
                 r.update(shape=shape, method="torch_fp16_eager", batch=b)
                 print(json.dumps(r), flush=True)
                 results.append(r)
+                save()
         del model
 
-    date = datetime.date.today().isoformat()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{date}-{args.tag}-cuda-ep-decode"
-    meta = {
-        "date": date,
-        "commit": args.commit,
-        "device": torch.cuda.get_device_name(0) if args.provider == "cuda" else "CPU",
-        "onnxruntime": ort.__version__,
-        "torch": torch.__version__,
-        "pyquant_build": pyquant.build_info(),
-        "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
-        "prompt": args.prompt,
-        "tokens": args.tokens,
-        "repeats": args.repeats,
-    }
-    stem.with_suffix(".json").write_text(json.dumps({**meta, "results": results}, indent=1))
-    stem.with_suffix(".md").write_text(_markdown(meta, results))
     print(stem.with_suffix(".md").read_text())
     return 0
 

@@ -79,3 +79,23 @@ def test_plan_for_another_model_is_refused(tmp_path, capsys) -> None:
     assert "made for model 'toy-model', not 'minilm'" in capsys.readouterr().err
     assert main(["quantize", "--model", "smollm2", "--plan", str(path), "--out", str(tmp_path / "q.pt")]) == 2
     assert "made for model 'toy-model'" in capsys.readouterr().err
+
+
+def test_export_kv_cache_command(tmp_path, capsys) -> None:
+    """`pyquant export --kv-cache` on an HF causal-LM directory writes a graph with the cache."""
+    from tests.pyquant.ort_session import cpu_session
+    from tests.pyquant.tiny_models import tiny_llama
+
+    tokenizers = pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    tiny_llama(eager=False).save_pretrained(tmp_path / "lm")
+    # the directory loader reads a tokenizer too: a word-level one over the model's 128 ids
+    vocab = {f"w{i}": i for i in range(128)}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="w0"))
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0").save_pretrained(tmp_path / "lm")
+    out = tmp_path / "lm.onnx"
+    args = ["export", "--model", str(tmp_path / "lm"), "--scheme", "int4-b32", "--kv-cache", "--out", str(out)]
+    assert main(args) == 0
+    assert "MatMulInt4=14" in capsys.readouterr().out
+    names = [i.name for i in cpu_session(out).get_inputs()]
+    assert names[:3] == ["input_ids", "attention_mask", "position_ids"] and "past_key_values.1.value" in names

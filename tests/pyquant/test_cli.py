@@ -92,10 +92,11 @@ def test_export_kv_cache_command(tmp_path, capsys) -> None:
     # the directory loader reads a tokenizer too: a word-level one over the model's 128 ids
     vocab = {f"w{i}": i for i in range(128)}
     tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="w0"))
-    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0").save_pretrained(tmp_path / "lm")
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0")
+    fast.save_pretrained(tmp_path / "lm")
     out = tmp_path / "lm.onnx"
-    args = ["export", "--model", str(tmp_path / "lm"), "--scheme", "int4-b32", "--kv-cache", "--out", str(out)]
-    assert main(args) == 0
+    model_dir = str(tmp_path / "lm")
+    assert main(["export", "--model", model_dir, "--scheme", "int4-b32", "--kv-cache", "--out", str(out)]) == 0
     assert "MatMulInt4=14" in capsys.readouterr().out
     names = [i.name for i in cpu_session(out).get_inputs()]
     assert names[:3] == ["input_ids", "attention_mask", "position_ids"] and "past_key_values.1.value" in names

@@ -94,9 +94,9 @@ def test_export_kv_cache_command(tmp_path, capsys) -> None:
     tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="w0"))
     fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0")
     fast.save_pretrained(tmp_path / "lm")
-    out = tmp_path / "lm.onnx"
-    model_dir = str(tmp_path / "lm")
-    assert main(["export", "--model", model_dir, "--scheme", "int4-b32", "--kv-cache", "--out", str(out)]) == 0
+    out, model_dir = tmp_path / "lm.onnx", str(tmp_path / "lm")
+    cmd = ["export", "--model", model_dir, "--scheme", "int4-b32", "--kv-cache", "--out", str(out)]
+    assert main(cmd) == 0
     assert "MatMulInt4=14" in capsys.readouterr().out
     names = [i.name for i in cpu_session(out).get_inputs()]
     assert names[:3] == ["input_ids", "attention_mask", "position_ids"] and "past_key_values.1.value" in names

@@ -25,6 +25,14 @@ def _load(name: str):  # noqa: ANN202
         pytest.skip(f"{name}: {e}")
 
 
+def _first_layers(model, n: int):  # noqa: ANN001, ANN202
+    """A copy of a decoder LM cut to its first n layers (the full export takes minutes)."""
+    small = copy.deepcopy(model)
+    small.model.layers = small.model.layers[:n]
+    small.config.num_hidden_layers = n
+    return small
+
+
 @pytest.fixture(scope="module")
 def minilm():  # noqa: ANN201
     return _load("minilm")
@@ -96,9 +104,7 @@ def test_smollm2_export_graph(smollm2, tmp_path) -> None:  # noqa: ANN001
 
     recipe = get_recipe("smollm2")
     model, _ = smollm2
-    small = copy.deepcopy(model)
-    small.model.layers = small.model.layers[:2]
-    small.config.num_hidden_layers = 2
+    small = _first_layers(model, 2)
     quantize(small, recipe.quantize_config("fp8"))
     wrapped = recipe.wrap(small)
     rep = export(wrapped, _example_inputs(), tmp_path / "smol2.onnx")
@@ -126,9 +132,7 @@ def test_smollm2_generate_with_kv_cache(smollm2, tmp_path) -> None:  # noqa: ANN
 
     recipe = get_recipe("smollm2")
     model, tok = smollm2
-    small = copy.deepcopy(model)
-    small.model.layers = small.model.layers[:2]
-    small.config.num_hidden_layers = 2
+    small = _first_layers(model, 2)
     quantize(small, recipe.quantize_config("int4-b64-asym"))
     rep = export_causal_lm(small, tmp_path / "smol2kv.onnx")
     assert rep.op_counts == {"MatMulInt4": 14}

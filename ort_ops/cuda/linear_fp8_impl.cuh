@@ -1,6 +1,7 @@
-// LinearFp8 device helpers shared by linear_fp8_impl.cu (quantizers, mma.sync kernels) and
-// linear_fp8_gemv_impl.cu (the fused decode GEMV): e4m3 conversions, the activation-quantization
-// arithmetic of docs/ops.md, 16-byte vector unpacking.
+// LinearFp8 device helpers shared by linear_fp8_impl.cu (quantizers, mma.sync kernels),
+// linear_fp8_gemv_impl.cu (the fused decode GEMV) and linear_fp8_weight_only_impl.cu: e4m3
+// conversions, the activation-quantization arithmetic of docs/ops.md, 16-byte vector unpacking,
+// the mma kernels' per-block scaling and weight prefetch.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -83,6 +84,52 @@ __device__ __forceinline__ void QuantStore(const uint4& v, float inv, uint8_t* d
 __device__ __forceinline__ uint32_t Fp8x2ToHalf2(uint32_t v16) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v16), __NV_E4M3);
   return uint32_t(h.x) | (uint32_t(h.y) << 16);
+}
+
+// The two mma.sync kernels (fp8_mma_kernel, linear_fp8_impl.cu; fp8_wo_mma_kernel,
+// linear_fp8_weight_only_impl.cu) walk K in 64-wide chunks; thread (lane / 4, t = lane % 4) holds,
+// in 8-channel tile j of the CTA's columns n0 .., the sums of columns c = n0 + 8 j + 2 t (values 0,
+// 2) and c + 1 (values 1, 3) for MT m16 token tiles.
+//
+// Per-K-block weight scales: the fp32 sums `part` of chunk `chunk` times their block's scale
+// (w_scale [n, n_scale_blocks] float, blocks of 2^bs_log2 >= 64 k), added into acc. Columns past
+// N get scale 0; a chunk past the last adds nothing.
+template <int MT, int NT>
+__device__ __forceinline__ void AddBlockScaledChunk(float (&acc)[MT][NT][4], const float (&part)[MT][NT][4],
+                                                    const float* __restrict__ w_scale, int n, int n_scale_blocks,
+                                                    int bs_log2, int n_chunks, int chunk, int n0, int t) {
+  if (chunk >= n_chunks) return;
+  const int blk = (chunk * 64) >> bs_log2;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int c = n0 + 8 * j + 2 * t;
+    const float s0 = c < n ? w_scale[int64_t(c) * n_scale_blocks + blk] : 0.0f;
+    const float s1 = c + 1 < n ? w_scale[int64_t(c + 1) * n_scale_blocks + blk] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      acc[i][j][0] = fmaf(part[i][j][0], s0, acc[i][j][0]);
+      acc[i][j][1] = fmaf(part[i][j][1], s1, acc[i][j][1]);
+      acc[i][j][2] = fmaf(part[i][j][2], s0, acc[i][j][2]);
+      acc[i][j][3] = fmaf(part[i][j][3], s1, acc[i][j][3]);
+    }
+  }
+}
+
+// PDL (cuda/pdl.h), constant weights only: L2 prefetch of the first U chunks of chunk worker
+// `worker` (chunks worker + uu * workers) of W rows col + 8 j, j < NT (w [n, k] e4m3), issued
+// before the wait for the previous kernel.
+template <int U, int NT>
+__device__ __forceinline__ void PrefetchFirstChunks(const uint8_t* __restrict__ w, int n, int k, int n_chunks, int col,
+                                                    int worker, int workers, int t) {
+#pragma unroll
+  for (int uu = 0; uu < U; ++uu) {
+    const int chunk = worker + uu * workers;
+    const int kb = chunk * 64 + 16 * t;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      if (chunk < n_chunks && kb < k && col + 8 * j < n) cuda_detail::PrefetchL2(w + int64_t(col + 8 * j) * k + kb);
+    }
+  }
 }
 
 }  // namespace fp8_detail

@@ -180,39 +180,14 @@ __global__ void __launch_bounds__(32 * kWarps)
         }
       }
       if (kBlockScale) {
-        const int chunk = c0 + uu * kWarps;
-        if (chunk < g.n_chunks) {
-          const int blk = (chunk * 64) >> g.bs_log2;
-#pragma unroll
-          for (int j = 0; j < NT; ++j) {
-            const int c = n0 + 8 * j + 2 * t;
-            const float s0 = c < g.n ? w_scale[int64_t(c) * g.n_scale_blocks + blk] : 0.0f;
-            const float s1 = c + 1 < g.n ? w_scale[int64_t(c + 1) * g.n_scale_blocks + blk] : 0.0f;
-#pragma unroll
-            for (int i = 0; i < MT; ++i) {
-              acc[i][j][0] = fmaf(part[i][j][0], s0, acc[i][j][0]);
-              acc[i][j][1] = fmaf(part[i][j][1], s1, acc[i][j][1]);
-              acc[i][j][2] = fmaf(part[i][j][2], s0, acc[i][j][2]);
-              acc[i][j][3] = fmaf(part[i][j][3], s1, acc[i][j][3]);
-            }
-          }
-        }
+        AddBlockScaledChunk<MT, NT>(acc, part, w_scale, g.n, g.n_scale_blocks, g.bs_log2, g.n_chunks, c0 + uu * kWarps,
+                                    n0, t);
       }
     }
   };
 
   PdlAllowDependents();
-  if (weights_early) {
-#pragma unroll
-    for (int uu = 0; uu < U; ++uu) {
-      const int chunk = warp + uu * kWarps;
-      const int kb = chunk * 64 + 16 * t;
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        if (chunk < g.n_chunks && kb < g.k && col + 8 * j < g.n) PrefetchL2(w + int64_t(col + 8 * j) * g.k + kb);
-      }
-    }
-  }
+  if (weights_early) PrefetchFirstChunks<U, NT>(w, g.n, g.k, g.n_chunks, col, warp, kWarps, t);
   PdlWaitPrimary();  // X is the previous kernel's output
   // Register double buffering across chunk groups: the next group's loads go out before this
   // group's MMAs.

@@ -22,12 +22,14 @@
 #error "the sm90 sources need CUTLASS_ENABLE_GDC_FOR_SM90 (CMakeLists.txt)"
 #endif
 
+#include "cuda/device_info.h"
 #include "cuda/sm90/launch_control.h"
 #include "cute/layout.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/dispatch_policy.hpp"
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
+#include "cutlass/kernel_hardware_info.h"
 
 namespace pyquant {
 namespace sm90 {
@@ -99,6 +101,29 @@ bool DataParallelPays(int64_t channels, int64_t tokens, int64_t k, int sm_count)
   constexpr int kTileK = cute::size<2>(TileShape{});
   const int64_t tiles = ((channels + kTileNc - 1) / kTileNc) * ((tokens + kTileMc - 1) / kTileMc);
   return (k + kTileK - 1) / kTileK <= kDataParallelMaxKTiles && tiles <= sm_count;
+}
+
+// The arguments both FP8 GEMMs (W8A8, fp8_gemm_sm90_kernel.cuh; weight-only, fp8_wo_gemm_sm90.cu)
+// start from, in their swapped mapping (M_c, N_c, K) = (n channels, m tokens, k), L = 1:
+//   A_c = W [n, k] K-major (ElementA: e4m3), B_c = X [m, k] K-major (ElementB: e4m3 or T),
+//   D_c = Y^T [n, m] column-major = Y [m, n] row-major (ElementD = T).
+// The caller fills the epilogue's fusion tree (args.epilogue.thread) and the scheduler.
+template <typename Gemm, typename ElementA, typename ElementB, typename ElementD>
+typename Gemm::Arguments SwappedGemmArguments(const void* w, const void* x, void* y, int m, int n, int k, int device) {
+  using Kernel = typename Gemm::GemmKernel;
+  // A: (n, k, l) -> n * K + k.  B: (m, k, l) -> m * K + k.  D: (n, m, l) -> m * N + n.
+  const typename Kernel::StrideA stride_a = cute::make_stride(int64_t(k), cute::_1{}, int64_t(0));
+  const typename Kernel::StrideB stride_b = cute::make_stride(int64_t(k), cute::_1{}, int64_t(0));
+  const typename Kernel::StrideD stride_d = cute::make_stride(cute::_1{}, int64_t(n), int64_t(0));
+  cutlass::KernelHardwareInfo hw;
+  hw.device_id = device;
+  hw.sm_count = CudaSmCount(device);
+  return
+      typename Gemm::Arguments{cutlass::gemm::GemmUniversalMode::kGemm,
+                               {n, m, k, 1},
+                               {static_cast<const ElementA*>(w), stride_a, static_cast<const ElementB*>(x), stride_b},
+                               {{}, nullptr, stride_d, static_cast<ElementD*>(y), stride_d},
+                               hw};
 }
 
 // GemmRunner: the calls around a GemmUniversalAdapter, for a struct D that defines `Gemm` (the

@@ -97,24 +97,8 @@ struct Fp8Gemm
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
   static typename Gemm::Arguments MakeArguments(const Fp8GemmArgs& a) {
-    using StrideA = typename Kernel::StrideA;
-    using StrideB = typename Kernel::StrideB;
-    using StrideD = typename Kernel::StrideD;
-    // A: (n, k, l) -> n * K + k.  B: (m, k, l) -> m * K + k.  D: (n, m, l) -> m * N + n.
-    StrideA stride_a = cute::make_stride(int64_t(a.k), _1{}, int64_t(0));
-    StrideB stride_b = cute::make_stride(int64_t(a.k), _1{}, int64_t(0));
-    StrideD stride_d = cute::make_stride(_1{}, int64_t(a.n), int64_t(0));
-
-    cutlass::KernelHardwareInfo hw;
-    hw.device_id = a.device;
-    hw.sm_count = CudaSmCount(a.device);
-
-    typename Gemm::Arguments args{
-        cutlass::gemm::GemmUniversalMode::kGemm,
-        {a.n, a.m, a.k, 1},
-        {reinterpret_cast<const ElementQ*>(a.w), stride_a, reinterpret_cast<const ElementQ*>(a.xq), stride_b},
-        {{}, nullptr, stride_d, static_cast<Element*>(a.y), stride_d},
-        hw};
+    typename Gemm::Arguments args =
+        SwappedGemmArguments<Gemm, ElementQ, ElementQ, Element>(a.w, a.xq, a.y, a.m, a.n, a.k, a.device);
     if constexpr (kPromoting) {
       // MMAs (k = 32 each) accumulated inside the tensor core between two promotions into the
       // fp32 registers; CUTLASS's default 4 = one 128-wide k-block.

@@ -77,30 +77,14 @@ struct Fp8WoGemm : GemmRunner<Fp8WoGemm<Element, TileShape, ClusterShape>, Fp8Wo
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
   static typename Gemm::Arguments MakeArguments(const Fp8WoGemmArgs& a) {
-    using StrideA = typename Kernel::StrideA;
-    using StrideB = typename Kernel::StrideB;
-    using StrideD = typename Kernel::StrideD;
-    // A: (n, k, l) -> n * K + k.  B: (m, k, l) -> m * K + k.  D: (n, m, l) -> m * N + n.
-    StrideA stride_a = cute::make_stride(int64_t(a.k), _1{}, int64_t(0));
-    StrideB stride_b = cute::make_stride(int64_t(a.k), _1{}, int64_t(0));
-    StrideD stride_d = cute::make_stride(_1{}, int64_t(a.n), int64_t(0));
-
-    cutlass::KernelHardwareInfo hw;
-    hw.device_id = a.device;
-    hw.sm_count = CudaSmCount(a.device);
-
-    typename Gemm::Arguments args{
-        cutlass::gemm::GemmUniversalMode::kGemm,
-        {a.n, a.m, a.k, 1},
-        {reinterpret_cast<const ElementQ*>(a.w), stride_a, static_cast<const Element*>(a.x), stride_b},
-        {{}, nullptr, stride_d, static_cast<Element*>(a.y), stride_d},
-        hw};
+    typename Gemm::Arguments args =
+        detail::SwappedGemmArguments<Gemm, ElementQ, Element, Element>(a.w, a.x, a.y, a.m, a.n, a.k, a.device);
     // Tree arguments: {WScale, Acc, Bias, op}.
     args.epilogue.thread = {{a.w_scale, 0.0f, {}}, {}, {static_cast<const Element*>(a.bias), Element(0), {}}, {}};
     // CUTLASS's stream-K heuristic with the deterministic reduction (bit-identical runs), except
     // data-parallel where the K loop is short and the tiles fit one wave (DataParallelPays).
     detail::ApplySchedulerTuning<ScheduleTraits<Schedule>>(args.scheduler, Sm90SchedulerTuning{});
-    if (DataParallelPays(a, hw.sm_count)) {
+    if (DataParallelPays(a, args.hw_info.sm_count)) {
       args.scheduler.decomposition_mode = cutlass::gemm::kernel::detail::DecompositionMode::DataParallel;
     }
     return args;

@@ -16,6 +16,9 @@ reference. Decode steps are not CUDA-graph captured (the cache grows each step),
 launch cost is part of every figure: on small models it dominates, on large layers the weights'
 bytes do (that is where INT4 / FP8 pay).
 
+On the CPU EP (``--provider cpu --dtype float32 --schemes float32,...``) the same measurement
+runs in float32 (ORT's CPU EP has no float16 kernels for most ops).
+
 Shapes: llama8b-4l: Llama-3-8B's layer (hidden 4096, FFN 14336, 32 heads, 8 KV heads), 4 layers,
 vocab 32000; smollm2: SmolLM2-135M's (576, 1536, 9 / 3 heads, 30 layers, vocab 49152).
 """
@@ -76,17 +79,17 @@ def _model(shape: str) -> Any:
     return model
 
 
-def _quantized(model: Any, scheme: str) -> Any:
+def _quantized(model: Any, scheme: str, half: bool) -> Any:
     import copy
 
     import pyquant
     from pyquant.models.recipes import parse_scheme
 
     m = copy.deepcopy(model)
-    if scheme != "float16":
+    if scheme not in ("float16", "float32", "float"):
         cfg = pyquant.QuantizeConfig(default=parse_scheme(scheme), exclude=("lm_head",))
         pyquant.quantize(m, cfg)
-    return m.half()
+    return m.half() if half else m
 
 
 def _timed(fn: Any, repeats: int) -> float:
@@ -184,6 +187,12 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument(
+        "--dtype",
+        default="float16",
+        choices=("float16", "float32"),
+        help="float32 for the CPU EP (no fp16 kernels)",
+    )
     ap.add_argument("--profile", action="store_true", help="also ORT's per-op kernel time (first batch size)")
     ap.add_argument(
         "--provider", default="cuda", choices=("cuda", "cpu"), help="cpu: a smoke test of the script"
@@ -210,6 +219,7 @@ def main() -> int:
         "prompt": args.prompt,
         "tokens": args.tokens,
         "repeats": args.repeats,
+        "dtype": args.dtype,
     }
 
     def save() -> None:  # after every case: a run stopped by its time limit keeps what it measured
@@ -223,7 +233,9 @@ def main() -> int:
         for scheme in args.schemes.split(","):
             with tempfile.TemporaryDirectory() as tmp:
                 t0 = time.perf_counter()
-                rep = pyquant.export_causal_lm(_quantized(model, scheme), Path(tmp) / "lm.onnx")
+                rep = pyquant.export_causal_lm(
+                    _quantized(model, scheme, args.dtype == "float16"), Path(tmp) / "lm.onnx"
+                )
                 export_s = time.perf_counter() - t0
                 for b in (int(x) for x in args.batch.split(",")):
                     r = _ort_case(rep.path, args.provider, b, args.prompt, args.tokens, args.repeats, vocab)
@@ -263,7 +275,7 @@ def _markdown(meta: dict, results: list[dict]) -> str:
         "",
         f"Prompt {meta['prompt']} tokens in one step, then {meta['tokens']} decode steps (median of "
         f"{meta['repeats']}); ms. Random weights; every decoder linear quantized (RTN), lm_head and "
-        "embedding float16. Speedup = float16 ORT time / this time.",
+        f"embedding {meta.get('dtype', 'float16')}. Speedup = the unquantized model's ORT time / this time.",
         "",
     ]
     for shape in dict.fromkeys(r["shape"] for r in results):
@@ -273,7 +285,11 @@ def _markdown(meta: dict, results: list[dict]) -> str:
             "| method | batch | prefill ms | decode ms / token | decode speedup | file MiB |",
             "|---|---|---|---|---|---|",
         ]
-        base = {r["batch"]: r for r in results if r["shape"] == shape and r["method"] == "ort_float16"}
+        base = {
+            r["batch"]: r
+            for r in results
+            if r["shape"] == shape and r["method"] in ("ort_float16", "ort_float32", "ort_float")
+        }
         for r in (r for r in results if r["shape"] == shape):
             b = base.get(r["batch"])
             sp = f"{b['decode_ms_per_token'] / r['decode_ms_per_token']:.2f}x" if b else ""

@@ -196,7 +196,16 @@ def generate(
         raise ValueError(
             f"the session's model lacks outputs logits / {missing}: not a pyquant.export_causal_lm graph"
         )
-    dev = "cuda" if device == "cuda" else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f'device must be "cpu" or "cuda", got {device!r}')
+    if device == "cuda" and "CUDAExecutionProvider" not in session.get_providers():
+        raise ValueError('device="cuda" needs a session on the CUDA execution provider')
+    vocab = session.get_outputs()[0].shape[-1]
+    if isinstance(vocab, int) and (ids.min() < 0 or ids.max() >= vocab):
+        raise ValueError(
+            f"input_ids must lie in [0, {vocab}) (the model's vocabulary), got {ids.min()}..{ids.max()}"
+        )
+    dev = device
     batch = ids.shape[0]
     cache: dict[str, Any] = {}
     for p in past:

@@ -156,6 +156,12 @@ def test_generate_input_errors(exported, tmp_path) -> None:
         pyquant.ort.generate(sess, np.ones((1, 3), np.int64), 2, attention_mask=np.array([[1, 1, 0]]))
     with pytest.raises(ValueError, match="max_new_tokens"):
         pyquant.ort.generate(sess, np.ones((1, 3), np.int64), -1)
+    with pytest.raises(ValueError, match="vocabulary"):
+        pyquant.ort.generate(sess, np.array([[1, 128]]), 2)
+    with pytest.raises(ValueError, match="device"):
+        pyquant.ort.generate(sess, np.ones((1, 3), np.int64), 2, device="gpu")
+    with pytest.raises(ValueError, match="CUDA execution provider"):
+        pyquant.ort.generate(sess, np.ones((1, 3), np.int64), 2, device="cuda")
     # a graph without a cache (pyquant.export of a plain module)
     from pyquant.export import export
 

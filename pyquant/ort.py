@@ -156,10 +156,11 @@ def generate(
     input_ids: [batch, prompt] integer tokens; prompts of different lengths are left-padded, with
     ``attention_mask`` 0 on the padding (default: all ones). The prompt runs as one step (past = 0),
     then one token per sequence per step against the cache. ``device`` ("cpu" or "cuda") is where
-    the cache lives between steps (IOBinding: with "cuda" it never leaves the GPU; only the last
-    position's logits come back). Returns the new tokens [batch, n], n <= max_new_tokens: fewer
-    when every row has produced ``eos_token_id`` (rows that finished early repeat it).
-    """
+    the cache lives between steps (IOBinding: with "cuda" it never leaves the GPU; only the logits
+    come back, one position per row at decode steps). Returns the new tokens [batch, n],
+    n <= max_new_tokens: fewer when every row has produced ``eos_token_id`` (rows that finished
+    early repeat it). ValueError for inputs it cannot take (shapes, ids outside the vocabulary,
+    right padding, a graph without the cache, device "cuda" without the CUDA EP)."""
     import numpy as np
 
     ids = np.asarray(input_ids)

@@ -211,7 +211,7 @@ def main() -> int:
     meta = {
         "date": date,
         "commit": args.commit,
-        "device": torch.cuda.get_device_name(0) if args.provider == "cuda" else "CPU",
+        "device": torch.cuda.get_device_name(0) if args.provider == "cuda" else _cpu_name(),
         "onnxruntime": ort.__version__,
         "torch": torch.__version__,
         "pyquant_build": pyquant.build_info(),
@@ -220,6 +220,7 @@ def main() -> int:
         "tokens": args.tokens,
         "repeats": args.repeats,
         "dtype": args.dtype,
+        "provider": args.provider,
     }
 
     def save() -> None:  # after every case: a run stopped by its time limit keeps what it measured
@@ -266,9 +267,20 @@ def main() -> int:
     return 0
 
 
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"CPU {line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
+    except OSError:
+        pass
+    return f"CPU, {os.cpu_count()} cores"
+
+
 def _markdown(meta: dict, results: list[dict]) -> str:
     lines = [
-        f"# Generation with the KV cache on the CUDA EP, {meta['date']}, {meta['device']}",
+        f"# Generation with the KV cache on the {meta.get('provider', 'cuda').upper()} EP, {meta['date']}, "
+        f"{meta['device']}",
         "",
         f"commit `{meta['commit']}`; onnxruntime {meta['onnxruntime']}, torch {meta['torch']}. Command: "
         f"`{meta['command']}`",

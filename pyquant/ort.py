@@ -183,14 +183,14 @@ def generate(
         raise ValueError(
             "attention_mask: pad prompts on the left (the last position of every row must be a token)"
         )
-    inputs = {i.name: i for i in session.get_inputs()}
-    past = [i for i in session.get_inputs() if i.name.startswith("past_key_values.")]
-    if not past or not {"input_ids", "attention_mask", "position_ids"} <= set(inputs):
+    inputs, out_meta = session.get_inputs(), session.get_outputs()
+    past = [i for i in inputs if i.name.startswith("past_key_values.")]
+    if not past or not {"input_ids", "attention_mask", "position_ids"} <= {i.name for i in inputs}:
         raise ValueError(
             "the session's model has no KV cache inputs (past_key_values.*): export it with "
             "pyquant.export_causal_lm"
         )
-    outputs = [o.name for o in session.get_outputs()]
+    outputs = [o.name for o in out_meta]
     present_of = {p.name: "present." + p.name[len("past_key_values.") :] for p in past}
     missing = [n for n in present_of.values() if n not in outputs]
     if missing or outputs[0] != "logits":
@@ -201,12 +201,11 @@ def generate(
         raise ValueError(f'device must be "cpu" or "cuda", got {device!r}')
     if device == "cuda" and "CUDAExecutionProvider" not in session.get_providers():
         raise ValueError('device="cuda" needs a session on the CUDA execution provider')
-    vocab = session.get_outputs()[0].shape[-1]
+    vocab = out_meta[0].shape[-1]
     if isinstance(vocab, int) and (ids.min() < 0 or ids.max() >= vocab):
         raise ValueError(
             f"input_ids must lie in [0, {vocab}) (the model's vocabulary), got {ids.min()}..{ids.max()}"
         )
-    dev = device
     batch = ids.shape[0]
     cache: dict[str, Any] = {}
     for p in past:
@@ -232,7 +231,7 @@ def generate(
             else:
                 binding.bind_ortvalue_input(name, value)
         for name in outputs:
-            binding.bind_output(name, dev)
+            binding.bind_output(name, device)
         session.run_with_iobinding(binding)
         values = binding.get_outputs()
         logits = values[0].numpy()[:, -1, :]

@@ -92,13 +92,14 @@ def _quantized(model: Any, scheme: str, half: bool) -> Any:
     return m.half() if half else m
 
 
-def _timed(fn: Any, repeats: int) -> float:
+def _timed(fn: Any, repeats: int) -> tuple[float, Any]:
+    """Median seconds of `repeats` calls of fn, and the last call's result."""
     ts = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        fn()
+        out = fn()
         ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
+    return float(np.median(ts)), out
 
 
 def _ort_case(
@@ -109,9 +110,8 @@ def _ort_case(
     sess = pyquant.ort.make_session(path, providers=(provider,), strict=True)
     ids = np.random.default_rng(batch).integers(5, vocab, (batch, prompt))
     pyquant.ort.generate(sess, ids, 3, device=provider)  # warm-up (kernel creation, arena growth)
-    one = _timed(lambda: pyquant.ort.generate(sess, ids, 1, device=provider), repeats)
-    full = _timed(lambda: pyquant.ort.generate(sess, ids, 1 + tokens, device=provider), repeats)
-    out = pyquant.ort.generate(sess, ids, 1 + tokens, device=provider)
+    one, _ = _timed(lambda: pyquant.ort.generate(sess, ids, 1, device=provider), repeats)
+    full, out = _timed(lambda: pyquant.ort.generate(sess, ids, 1 + tokens, device=provider), repeats)
     return {
         "prefill_ms": one * 1e3,
         "decode_ms_per_token": (full - one) / tokens * 1e3,
@@ -168,8 +168,8 @@ def _torch_case(model: Any, batch: int, prompt: int, tokens: int, repeats: int, 
         torch.cuda.synchronize()
 
     gen(3)
-    one = _timed(lambda: gen(1), repeats)
-    full = _timed(lambda: gen(1 + tokens), repeats)
+    one, _ = _timed(lambda: gen(1), repeats)
+    full, _ = _timed(lambda: gen(1 + tokens), repeats)
     m.cpu()
     torch.cuda.empty_cache()
     return {"prefill_ms": one * 1e3, "decode_ms_per_token": (full - one) / tokens * 1e3}

@@ -2,7 +2,8 @@
 INT4 / FP8 / weight-only FP8, same model, same run.
 
     python bench/cuda_ep_decode.py --out bench/results --tag h100-sNN --commit <hash> \\
-        [--shape llama8b-4l,smollm2] [--schemes float16,int4-b128,fp8,fp8-wo] [--batch 1,8]
+        [--shape llama8b-4l,smollm2] [--schemes float16,int4-b128,fp8,fp8-wo] [--batch 1,8] \
+        [--cache growing,static-graph]
 
 Per shape (below; random weights: this measures speed, not accuracy) the script builds a
 transformers LlamaForCausalLM, quantizes every decoder linear with each scheme (round to nearest;
@@ -12,9 +13,14 @@ each step binds the inputs, runs, copies the last position's logits to the host 
 argmax there, as a Python serving loop does). Reported per batch size: the prompt step (prefill of
 --prompt tokens) and the mean time per decoded token, from generate(1) and generate(1 + --tokens)
 (median of --repeats), plus torch fp16 eager (transformers' generate with its DynamicCache) as a
-reference. Decode steps are not CUDA-graph captured (the cache grows each step), so ORT's per-node
-launch cost is part of every figure: on small models it dominates, on large layers the weights'
-bytes do (that is where INT4 / FP8 pay).
+reference.
+
+--cache picks the exported cache (pyquant/generation.py): ``growing`` (the past grows every step,
+so decode steps cannot be CUDA-graph captured and ORT's per-node launch cost is part of every
+figure: on small models it dominates), ``static`` (fixed-length buffers written at a slot, no
+graphs) and ``static-graph`` (the same on a session with ``enable_cuda_graph``: decode steps replay
+two captured CUDA graphs; the prompt step runs outside them). Static caches are as long as the
+longest call (prompt + 1 + tokens, at least prompt + 4) in every call, so later calls replay the first call's graphs.
 
 On the CPU EP (``--provider cpu --dtype float32 --schemes float32,...``) the same measurement
 runs in float32 (ORT's CPU EP has no float16 kernels for most ops).
@@ -103,15 +109,23 @@ def _timed(fn: Any, repeats: int) -> tuple[float, Any]:
 
 
 def _ort_case(
-    path: Path, provider: str, batch: int, prompt: int, tokens: int, repeats: int, vocab: int
+    path: Path, provider: str, batch: int, prompt: int, tokens: int, repeats: int, vocab: int, cache: str
 ) -> dict:
     import pyquant.ort
 
-    sess = pyquant.ort.make_session(path, providers=(provider,), strict=True)
+    options = {"enable_cuda_graph": "1"} if cache == "static-graph" else None
+    sess = pyquant.ort.make_session(
+        path, providers=((provider, options) if options else provider,), strict=True
+    )
     ids = np.random.default_rng(batch).integers(5, vocab, (batch, prompt))
-    pyquant.ort.generate(sess, ids, 3, device=provider)  # warm-up (kernel creation, arena growth)
-    one, _ = _timed(lambda: pyquant.ort.generate(sess, ids, 1, device=provider), repeats)
-    full, out = _timed(lambda: pyquant.ort.generate(sess, ids, 1 + tokens, device=provider), repeats)
+    kw = {"cache_length": prompt + max(4, 1 + tokens)} if cache != "growing" else {}
+
+    def gen(n: int) -> Any:
+        return pyquant.ort.generate(sess, ids, n, device=provider, **kw)
+
+    gen(4)  # warm-up (kernel creation, arena growth; with graphs: both decode graphs captured)
+    one, _ = _timed(lambda: gen(1), repeats)
+    full, out = _timed(lambda: gen(1 + tokens), repeats)
     return {
         "prefill_ms": one * 1e3,
         "decode_ms_per_token": (full - one) / tokens * 1e3,
@@ -188,6 +202,11 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument(
+        "--cache",
+        default="growing,static-graph",
+        help="exported caches to time: growing, static, static-graph (comma-separated)",
+    )
+    ap.add_argument(
         "--dtype",
         default="float16",
         choices=("float16", "float32"),
@@ -231,29 +250,49 @@ def main() -> int:
     for shape in args.shape.split(","):
         model = _model(shape)
         vocab = SHAPES[shape]["vocab_size"]
+        caches = args.cache.split(",")
+        for cache in caches:
+            if cache not in ("growing", "static", "static-graph"):
+                ap.error(f"--cache: unknown {cache!r}")
         for scheme in args.schemes.split(","):
-            with tempfile.TemporaryDirectory() as tmp:
-                t0 = time.perf_counter()
-                rep = pyquant.export_causal_lm(
-                    _quantized(model, scheme, args.dtype == "float16"), Path(tmp) / "lm.onnx"
-                )
-                export_s = time.perf_counter() - t0
-                for b in (int(x) for x in args.batch.split(",")):
-                    r = _ort_case(rep.path, args.provider, b, args.prompt, args.tokens, args.repeats, vocab)
-                    r.update(
-                        shape=shape,
-                        method=f"ort_{scheme}",
-                        batch=b,
-                        file_mib=rep.file_bytes / 2**20,
-                        export_s=export_s,
-                        op_counts=rep.op_counts,
+            for static in dict.fromkeys(c != "growing" for c in caches):
+                with tempfile.TemporaryDirectory() as tmp:
+                    t0 = time.perf_counter()
+                    rep = pyquant.export_causal_lm(
+                        _quantized(model, scheme, args.dtype == "float16"),
+                        Path(tmp) / "lm.onnx",
+                        static_cache=static,
                     )
-                    print(json.dumps({k: v for k, v in r.items() if k != "tokens"}), flush=True)
-                    if args.profile and b == int(args.batch.split(",")[0]):
-                        r["profile_us"] = _profile(rep.path, args.provider, b, args.prompt, vocab, tmp)
-                        print(json.dumps(r["profile_us"]), flush=True)
-                    results.append(r)
-                    save()
+                    export_s = time.perf_counter() - t0
+                    for cache in (c for c in caches if (c != "growing") == static):
+                        for b in (int(x) for x in args.batch.split(",")):
+                            r = _ort_case(
+                                rep.path,
+                                args.provider,
+                                b,
+                                args.prompt,
+                                args.tokens,
+                                args.repeats,
+                                vocab,
+                                cache,
+                            )
+                            r.update(
+                                shape=shape,
+                                method=f"ort_{scheme}",
+                                cache=cache,
+                                batch=b,
+                                file_mib=rep.file_bytes / 2**20,
+                                export_s=export_s,
+                                op_counts=rep.op_counts,
+                            )
+                            print(json.dumps({k: v for k, v in r.items() if k != "tokens"}), flush=True)
+                            if args.profile and b == int(args.batch.split(",")[0]) and cache == "growing":
+                                r["profile_us"] = _profile(
+                                    rep.path, args.provider, b, args.prompt, vocab, tmp
+                                )
+                                print(json.dumps(r["profile_us"]), flush=True)
+                            results.append(r)
+                            save()
         if not args.no_torch and args.provider == "cuda":
             for b in (int(x) for x in args.batch.split(",")):
                 r = _torch_case(model, b, args.prompt, args.tokens, args.repeats, vocab)
@@ -287,28 +326,30 @@ def _markdown(meta: dict, results: list[dict]) -> str:
         "",
         f"Prompt {meta['prompt']} tokens in one step, then {meta['tokens']} decode steps (median of "
         f"{meta['repeats']}); ms. Random weights; every decoder linear quantized (RTN), lm_head and "
-        f"embedding {meta.get('dtype', 'float16')}. Speedup = the unquantized model's ORT time / this time.",
+        f"embedding {meta.get('dtype', 'float16')}. Speedup = the unquantized model's ORT time with the same "
+        "cache / this time. Cache: growing (no CUDA graphs), static (fixed-length buffers), static-graph "
+        "(decode steps replayed as CUDA graphs).",
         "",
     ]
     for shape in dict.fromkeys(r["shape"] for r in results):
         lines += [
             f"## {shape}",
             "",
-            "| method | batch | prefill ms | decode ms / token | decode speedup | file MiB |",
-            "|---|---|---|---|---|---|",
+            "| method | cache | batch | prefill ms | decode ms / token | decode speedup | file MiB |",
+            "|---|---|---|---|---|---|---|",
         ]
         base = {
-            r["batch"]: r
+            (r["batch"], r.get("cache", "growing")): r
             for r in results
             if r["shape"] == shape and r["method"] in ("ort_float16", "ort_float32", "ort_float")
         }
         for r in (r for r in results if r["shape"] == shape):
-            b = base.get(r["batch"])
+            b = base.get((r["batch"], r.get("cache", "growing")))
             sp = f"{b['decode_ms_per_token'] / r['decode_ms_per_token']:.2f}x" if b else ""
             mib = f"{r['file_mib']:.0f}" if "file_mib" in r else ""
             lines.append(
-                f"| {r['method']} | {r['batch']} | {r['prefill_ms']:.2f} | {r['decode_ms_per_token']:.2f} | "
-                f"{sp} | {mib} |"
+                f"| {r['method']} | {r.get('cache', '')} | {r['batch']} | {r['prefill_ms']:.2f} | "
+                f"{r['decode_ms_per_token']:.2f} | {sp} | {mib} |"
             )
         lines.append("")
     return "\n".join(lines)

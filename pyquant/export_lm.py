@@ -40,9 +40,10 @@ from torch import nn
 
 from pyquant.export import ExportReport, export
 
-__all__ = ["CacheSpec", "CausalLMWithCache", "cache_spec", "export_causal_lm"]
+__all__ = ["CacheSpec", "CausalLMWithCache", "CausalLMWithStaticCache", "cache_spec", "export_causal_lm"]
 
 PAST_NAME = "past_key_values.{layer}.{kind}"
+CACHE_POSITION = "cache_position"
 PRESENT_NAME = "present.{layer}.{kind}"
 KINDS = ("key", "value")
 
@@ -145,6 +146,90 @@ class CausalLMWithCache(nn.Module):
         return (out.logits, *present)
 
 
+class CausalLMWithStaticCache(nn.Module):
+    """``lm`` over a cache of fixed length: (input_ids [b, s], attention_mask [b, L],
+    position_ids [b, s], cache_position [s], past [b, kv_heads, L, head_dim] x 2 per layer) ->
+    (logits [b, s, vocab], present: each past with this step's keys / values written at the slots
+    ``cache_position``).
+
+    Every shape stays the same from one decode step to the next (L is the buffer's length, chosen
+    by the caller), so ORT can replay a decode step as a CUDA graph. ``attention_mask`` says which
+    of the L slots hold a token (this step's included); a query at slot q sees the slots <= q that
+    do. The 4-D additive mask built here goes to the model as is (transformers passes 4-D masks
+    through), so neither transformers' mask code nor its cache length enters the graph."""
+
+    def __init__(self, lm: nn.Module) -> None:
+        super().__init__()
+        self.lm = lm
+        self.spec = cache_spec(lm)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        cache_position: torch.Tensor,
+        past_key_values: Sequence[torch.Tensor],
+    ) -> tuple[torch.Tensor, ...]:
+        n = self.spec.num_layers
+        if len(past_key_values) != 2 * n:
+            raise ValueError(
+                f"expected {2 * n} past tensors (key and value of {n} layers), got {len(past_key_values)}"
+            )
+        dtype = past_key_values[0].dtype
+        slots = torch.arange(past_key_values[0].shape[2], device=input_ids.device)
+        visible = (slots[None, :] <= cache_position[:, None])[None, None] & (
+            attention_mask[:, None, None, :] != 0
+        )
+        mask = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)
+        cache = _SlotWriteCache(
+            [(past_key_values[2 * i], past_key_values[2 * i + 1]) for i in range(n)], cache_position
+        )
+        cache_arg = "cache" if "cache" in inspect.signature(self.lm.forward).parameters else "past_key_values"
+        out = self.lm(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=position_ids,
+            use_cache=True,
+            **{cache_arg: cache},
+        )
+        present: list[torch.Tensor] = []
+        for key, value in cache.written:
+            present += [key, value]
+        return (out.logits, *present)
+
+
+def _slot_write_cache_class() -> type:
+    from transformers import DynamicCache
+
+    class SlotWriteCache(DynamicCache):
+        """A cache whose layers are fixed-length buffers: ``update`` writes the new keys / values at
+        ``cache_position`` (out of place, so the graph has the buffers as inputs and the written
+        copies as outputs) and returns the whole buffers for attention."""
+
+        def __init__(self, pairs: list[tuple[torch.Tensor, torch.Tensor]], cache_position: torch.Tensor):
+            super().__init__()
+            self.buffers = pairs
+            self.cache_position = cache_position
+            self.written: list[tuple[torch.Tensor, torch.Tensor]] = list(pairs)
+
+        def update(self, key_states, value_states, layer_idx, *args, **kwargs):  # noqa: ANN001, ANN201
+            past_key, past_value = self.buffers[layer_idx]
+            key = past_key.index_copy(2, self.cache_position, key_states.to(past_key.dtype))
+            value = past_value.index_copy(2, self.cache_position, value_states.to(past_value.dtype))
+            self.written[layer_idx] = (key, value)
+            return key, value
+
+        def get_seq_length(self, layer_idx: int = 0) -> int:  # only used when position_ids are missing
+            raise NotImplementedError("the static-cache graph always passes position_ids")
+
+    return SlotWriteCache
+
+
+def _SlotWriteCache(pairs: list[tuple[torch.Tensor, torch.Tensor]], cache_position: torch.Tensor) -> Any:  # noqa: N802
+    return _slot_write_cache_class()(pairs, cache_position)
+
+
 def _dynamic_cache(pairs: list[tuple[torch.Tensor, torch.Tensor]], config: Any) -> Any:
     """transformers' DynamicCache holding ``pairs`` (key, value per layer), across its API versions."""
     from transformers import DynamicCache
@@ -171,13 +256,18 @@ def export_causal_lm(
     model: nn.Module,
     path: str | os.PathLike,
     *,
+    static_cache: bool = False,
     external_data: bool | None = None,
     opset_version: int | None = None,
     allow_float_fallback: bool = False,
 ) -> ExportReport:
     """Export a (quantized) decoder-only Hugging Face causal LM with its KV cache to ONNX at ``path``
     (the graph of the module docstring), verified as ``pyquant.export`` verifies (every quantized
-    layer a pyquant node, no float copy of its weights)."""
+    layer a pyquant node, no float copy of its weights).
+
+    ``static_cache=True`` exports the fixed-length cache of ``CausalLMWithStaticCache`` instead
+    (one more input, ``cache_position``; the presents are as long as the pasts), whose decode steps
+    keep their shapes, so that ``pyquant.ort.generate`` can replay them as CUDA graphs."""
     spec = cache_spec(model)
     cfg = _config(model)
     dtype = _model_dtype(model)
@@ -189,20 +279,29 @@ def export_causal_lm(
     input_ids = torch.randint(0, vocab, (batch, seq), generator=g)
     attention_mask = torch.ones(batch, past + seq, dtype=torch.int64)
     position_ids = torch.arange(past, past + seq, dtype=torch.int64).expand(batch, seq).contiguous()
-    shape = (batch, spec.num_kv_heads, past, spec.head_dim)
+    # the static cache's buffers hold past + seq slots (+ 2 empty ones); the step writes slots past..
+    length = past + seq + 2 if static_cache else past
+    shape = (batch, spec.num_kv_heads, length, spec.head_dim)
     past_kv = tuple(torch.randn(shape, generator=g).to(dtype) for _ in range(2 * spec.num_layers))
     dyn = torch.export.Dim.DYNAMIC
-    dynamic_shapes = (
-        {0: dyn, 1: dyn},
-        {0: dyn, 1: dyn},
-        {0: dyn, 1: dyn},
-        tuple({0: dyn, 2: dyn} for _ in past_kv),
-    )
+    kv_dims = tuple({0: dyn, 2: dyn} for _ in past_kv)
+    names = ["input_ids", "attention_mask", "position_ids"]
+    if static_cache:
+        attention_mask = torch.cat([attention_mask, torch.zeros(batch, 2, dtype=torch.int64)], dim=1)
+        cache_position = torch.arange(past, past + seq, dtype=torch.int64)
+        wrapper: nn.Module = CausalLMWithStaticCache(model)
+        args: tuple = (input_ids, attention_mask, position_ids, cache_position, past_kv)
+        dynamic_shapes: tuple = ({0: dyn, 1: dyn}, {0: dyn, 1: dyn}, {0: dyn, 1: dyn}, {0: dyn}, kv_dims)
+        names.append(CACHE_POSITION)
+    else:
+        wrapper = CausalLMWithCache(model)
+        args = (input_ids, attention_mask, position_ids, past_kv)
+        dynamic_shapes = ({0: dyn, 1: dyn}, {0: dyn, 1: dyn}, {0: dyn, 1: dyn}, kv_dims)
     return export(
-        CausalLMWithCache(model).eval(),
-        (input_ids, attention_mask, position_ids, past_kv),
+        wrapper.eval(),
+        args,
         path,
-        input_names=["input_ids", "attention_mask", "position_ids", *spec.past_names],
+        input_names=[*names, *spec.past_names],
         output_names=["logits", *spec.present_names],
         dynamic_shapes=dynamic_shapes,
         external_data=external_data,

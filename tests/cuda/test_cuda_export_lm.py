@@ -2,7 +2,9 @@
 pyquant node (INT4 symmetric / asymmetric, W8A8 FP8, weight-only FP8) in float16, against the
 quantized model in torch (float32, CPU) at prefill and decode shapes, and greedy decoding with the
 cache kept on the GPU (pyquant.ort.generate(device="cuda")) giving the same tokens as with the
-cache copied through the host."""
+cache copied through the host; the static cache (export_causal_lm(static_cache=True)) with its
+decode steps replayed as CUDA graphs giving the same tokens as without graphs and as the growing
+cache, call after call."""
 
 from __future__ import annotations
 
@@ -32,7 +34,9 @@ def lm16(tmp_path_factory):  # noqa: ANN201
     model = quantize(tiny_llama(eager=False, hidden_size=128, intermediate_size=256, vocab_size=256), cfg)
     path = tmp_path_factory.mktemp("lm16") / "lm16.onnx"
     export_causal_lm(model.half(), path)
-    return model.float(), path
+    static_path = path.with_name("lm16_static.onnx")
+    export_causal_lm(model, static_path, static_cache=True)
+    return model.float(), path, static_path
 
 
 def _cuda_session(path):  # noqa: ANN001, ANN202
@@ -45,7 +49,7 @@ def _cuda_session(path):  # noqa: ANN001, ANN202
 def test_cuda_logits_match_torch(lm16, batch: int, past: int, seq: int) -> None:
     from pyquant.export_lm import CausalLMWithCache, cache_spec
 
-    model, path = lm16
+    model, path, _ = lm16
     spec = cache_spec(model)
     g = torch.Generator().manual_seed(batch * 1000 + past * 10 + seq)
     ids = torch.randint(0, 256, (batch, seq), generator=g)
@@ -69,7 +73,7 @@ def test_cuda_logits_match_torch(lm16, batch: int, past: int, seq: int) -> None:
 def test_cuda_generate_cache_on_gpu(lm16) -> None:
     import pyquant.ort
 
-    _, path = lm16
+    _, path, _ = lm16
     sess = _cuda_session(path)
     ids = np.random.default_rng(3).integers(0, 256, (3, 9))
     mask = np.ones_like(ids)
@@ -78,3 +82,36 @@ def test_cuda_generate_cache_on_gpu(lm16) -> None:
     via_host = pyquant.ort.generate(sess, ids, 16, attention_mask=mask, device="cpu")
     assert on_gpu.shape == (3, 16)
     np.testing.assert_array_equal(on_gpu, via_host)
+
+
+def test_cuda_static_cache_graph_replay(lm16) -> None:
+    import pyquant.ort
+
+    _, path, static_path = lm16
+    graph_sess = pyquant.ort.make_session(
+        static_path, providers=(("cuda", {"enable_cuda_graph": "1"}),), strict=True
+    )
+    assert pyquant.ort.uses_cuda_graph(graph_sess)
+    plain_sess = _cuda_session(static_path)
+    assert not pyquant.ort.uses_cuda_graph(plain_sess)
+    rng = np.random.default_rng(5)
+    for batch, prompt in ((3, 9), (1, 4)):
+        ids = rng.integers(0, 256, (batch, prompt))
+        mask = np.ones_like(ids)
+        mask[0, : prompt // 2] = 0
+        growing = pyquant.ort.generate(_cuda_session(path), ids, 16, attention_mask=mask, device="cuda")
+        plain = pyquant.ort.generate(plain_sess, ids, 16, attention_mask=mask, device="cuda", cache_length=32)
+        # float16: attention over 32 slots (the hidden ones weigh 0) may round differently from
+        # attention over the grown length, so only the first tokens must agree exactly
+        np.testing.assert_array_equal(plain[:, :8], growing[:, :8])
+        # three calls on one session: the first captures the two decode graphs, the others replay them
+        for _ in range(3):
+            got = pyquant.ort.generate(
+                graph_sess, ids, 16, attention_mask=mask, device="cuda", cache_length=32
+            )
+            np.testing.assert_array_equal(got, plain)
+        # a shorter call replays the same graphs (same cache length) and stops early
+        np.testing.assert_array_equal(
+            pyquant.ort.generate(graph_sess, ids, 5, attention_mask=mask, device="cuda", cache_length=32),
+            plain[:, :5],
+        )

@@ -2,7 +2,8 @@
 (pyquant.ort.generate): the graph's inputs / outputs, ORT against the torch model with
 transformers' own cache at several batch / past / new-token sizes, token-for-token agreement with
 transformers' greedy ``generate`` (left padding included), and the errors for models and inputs
-it cannot take."""
+it cannot take; the same for the static (fixed-length, slot-written) cache that lets decode steps
+replay as CUDA graphs."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 import torch.nn as nn
 
 from pyquant.config import Fp8Config, Int4Config, QuantizeConfig
-from pyquant.export_lm import CausalLMWithCache, cache_spec, export_causal_lm
+from pyquant.export_lm import CausalLMWithCache, CausalLMWithStaticCache, cache_spec, export_causal_lm
 from pyquant.quantize import quantize
 from tests.pyquant.ort_session import cpu_session
 from tests.pyquant.tiny_models import tiny_llama
@@ -34,6 +35,14 @@ def exported(tmp_path_factory):  # noqa: ANN201
     path = tmp_path_factory.mktemp("lm") / "lm.onnx"
     report = export_causal_lm(model, path)
     return model, path, report
+
+
+@pytest.fixture(scope="module")
+def exported_static(exported, tmp_path_factory):  # noqa: ANN201
+    model = exported[0]
+    path = tmp_path_factory.mktemp("lm_static") / "lm_static.onnx"
+    export_causal_lm(model, path, static_cache=True)
+    return model, path
 
 
 def _feeds(spec, batch: int, past: int, seq: int, seed: int) -> tuple[dict[str, np.ndarray], tuple]:
@@ -168,3 +177,86 @@ def test_generate_input_errors(exported, tmp_path) -> None:
     export(nn.Sequential(nn.Linear(4, 4)), (torch.randn(2, 3, 4),), tmp_path / "plain.onnx")
     with pytest.raises(ValueError, match="export_causal_lm"):
         pyquant.ort.generate(cpu_session(tmp_path / "plain.onnx"), np.ones((1, 3), np.int64), 2)
+
+
+def test_static_graph_inputs_outputs(exported_static) -> None:
+    model, path = exported_static
+    spec = cache_spec(model)
+    sess = cpu_session(path)
+    ins = {i.name: i for i in sess.get_inputs()}
+    assert list(ins) == ["input_ids", "attention_mask", "position_ids", "cache_position", *spec.past_names]
+    assert [o.name for o in sess.get_outputs()] == ["logits", *spec.present_names]
+    assert len(ins["cache_position"].shape) == 1 and ins["cache_position"].type == "tensor(int64)"
+
+
+@pytest.mark.parametrize(("batch", "past", "seq", "spare"), [(2, 4, 3, 2), (1, 0, 5, 0), (3, 9, 1, 6)])
+def test_static_step_matches_growing_cache(
+    exported_static, batch: int, past: int, seq: int, spare: int
+) -> None:
+    """One step on buffers of past + seq + spare slots (past filled, the rest zeros) gives the
+    growing-cache graph's logits, writes its presents at slots past.. and leaves the others alone."""
+    model, path = exported_static
+    spec = cache_spec(model)
+    feeds, (ids, mask, pos, kv) = _feeds(spec, batch, past, seq, seed=7 + batch + past + seq)
+    length = past + seq + spare
+    slot_mask = np.zeros((batch, length), np.int64)
+    slot_mask[:, : past + seq] = 1
+    buffers = [np.zeros((batch, spec.num_kv_heads, length, spec.head_dim), np.float32) for _ in kv]
+    for buf, t in zip(buffers, kv, strict=True):
+        buf[:, :, :past] = t.numpy()
+        buf[:, :, past + seq :] = 5.0  # beyond the step: must not be read nor changed
+    static_feeds = {"input_ids": ids.numpy(), "attention_mask": slot_mask, "position_ids": pos.numpy()}
+    static_feeds["cache_position"] = np.arange(past, past + seq, dtype=np.int64)
+    static_feeds.update(dict(zip(spec.past_names, buffers, strict=True)))
+    got = cpu_session(path).run(None, static_feeds)
+    with torch.no_grad():
+        want = CausalLMWithCache(model)(ids, mask, pos, kv)
+        torch_static = CausalLMWithStaticCache(model)(
+            ids,
+            torch.from_numpy(slot_mask),
+            pos,
+            torch.from_numpy(static_feeds["cache_position"]),
+            [torch.from_numpy(b) for b in buffers],
+        )
+    np.testing.assert_allclose(got[0], want[0].numpy(), atol=2e-3, rtol=2e-3)
+    np.testing.assert_allclose(torch_static[0].numpy(), want[0].numpy(), atol=1e-4, rtol=1e-4)
+    for present, grown, buf in zip(got[1:], want[1:], buffers, strict=True):
+        assert present.shape == buf.shape
+        np.testing.assert_allclose(present[:, :, : past + seq], grown.numpy(), atol=2e-3, rtol=2e-3)
+        np.testing.assert_array_equal(present[:, :, past + seq :], buf[:, :, past + seq :])
+
+
+def test_static_generate_matches_transformers(exported_static) -> None:
+    model, path = exported_static
+    sess = cpu_session(path)
+    import pyquant.ort
+
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(0, 128, (3, 6), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0
+    mask[2, :5] = 0
+    with torch.no_grad():
+        ref = model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=12, do_sample=False, pad_token_id=2
+        )
+    for cache_length in (None, 18, 41):
+        got = pyquant.ort.generate(
+            sess, ids.numpy(), 12, attention_mask=mask.numpy(), eos_token_id=2, cache_length=cache_length
+        )
+        assert (got == 2).any()
+        np.testing.assert_array_equal(got, ref[:, 6:].numpy())
+    free = pyquant.ort.generate(sess, ids.numpy(), 12, attention_mask=mask.numpy())
+    assert free.shape == (3, 12)
+    assert pyquant.ort.generate(sess, ids.numpy(), 1).shape == (3, 1)
+    assert pyquant.ort.generate(sess, ids.numpy(), 0).shape == (3, 0)
+
+
+def test_static_generate_errors(exported, exported_static) -> None:
+    import pyquant.ort
+
+    with pytest.raises(ValueError, match="cache_length 7 < prompt 3"):
+        pyquant.ort.generate(cpu_session(exported_static[1]), np.ones((1, 3), np.int64), 5, cache_length=7)
+    with pytest.raises(ValueError, match="static-cache graphs"):
+        pyquant.ort.generate(cpu_session(exported[1]), np.ones((1, 3), np.int64), 5, cache_length=9)
+    assert not pyquant.ort.uses_cuda_graph(cpu_session(exported_static[1]))

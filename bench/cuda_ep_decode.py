@@ -20,7 +20,8 @@ so decode steps cannot be CUDA-graph captured and ORT's per-node launch cost is 
 figure: on small models it dominates), ``static`` (fixed-length buffers written at a slot, no
 graphs) and ``static-graph`` (the same on a session with ``enable_cuda_graph``: decode steps replay
 two captured CUDA graphs; the prompt step runs outside them). Static caches are as long as the
-longest call (prompt + 1 + tokens, at least prompt + 4) in every call, so later calls replay the first call's graphs.
+longest call (prompt + 1 + tokens, at least prompt + 4) in every call, so later calls replay the
+first call's graphs.
 
 On the CPU EP (``--provider cpu --dtype float32 --schemes float32,...``) the same measurement
 runs in float32 (ORT's CPU EP has no float16 kernels for most ops).
@@ -133,7 +134,7 @@ def _ort_case(
     }
 
 
-def _profile(path: Path, provider: str, batch: int, prompt: int, vocab: int, tmp: str) -> dict:
+def _profile(path: Path, provider: str, batch: int, prompt: int, vocab: int, tmp: str, cache: str) -> dict:
     """ORT's node profile of generate(1 + 4) after two warm-up runs: per op type (and provider) the
     summed host time of the nodes' Compute calls over the prompt step and 4 decode steps, µs,
     largest first (CUDA kernels run asynchronously: this is launch cost, not GPU time)."""
@@ -146,8 +147,9 @@ def _profile(path: Path, provider: str, batch: int, prompt: int, vocab: int, tmp
     so.profile_file_prefix = str(Path(tmp) / "prof")
     sess = pyquant.ort.make_session(path, providers=(provider,), options=so, strict=True)
     ids = np.random.default_rng(batch).integers(5, vocab, (batch, prompt))
-    pyquant.ort.generate(sess, ids, 2, device=provider)  # first runs: one-time preparation, not counted
-    pyquant.ort.generate(sess, ids, 5, device=provider)
+    kw = {"cache_length": prompt + 5} if cache != "growing" else {}
+    pyquant.ort.generate(sess, ids, 2, device=provider, **kw)  # first runs: one-time preparation, not counted
+    pyquant.ort.generate(sess, ids, 5, device=provider, **kw)
     events = json.loads(Path(sess.end_profiling()).read_text())
     kernels = sorted(
         (ev for ev in events if ev.get("cat") == "Node" and ev.get("name", "").endswith("_kernel_time")),
@@ -161,6 +163,36 @@ def _profile(path: Path, provider: str, batch: int, prompt: int, vocab: int, tmp
             key = f"{a['op_name']}@{a.get('provider', '?').replace('ExecutionProvider', '')}"
             per_op[key] = per_op.get(key, 0.0) + float(ev.get("dur", 0))
     return dict(sorted(per_op.items(), key=lambda kv: -kv[1])[:12])
+
+
+def _kernel_profile(
+    path: Path, provider: str, batch: int, prompt: int, vocab: int, cache: str, tokens: int = 4
+) -> dict:
+    """GPU time per CUDA kernel (CUPTI, through torch.profiler, which sees every kernel of the
+    process, ORT's included) over generate(1 + tokens) after a warm-up: the largest 15, µs summed
+    over the prompt step and the decode steps, and the total."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    import pyquant.ort
+
+    options = {"enable_cuda_graph": "1"} if cache == "static-graph" else None
+    sess = pyquant.ort.make_session(
+        path, providers=((provider, options) if options else provider,), strict=True
+    )
+    ids = np.random.default_rng(batch).integers(5, vocab, (batch, prompt))
+    kw = {"cache_length": prompt + 1 + tokens} if cache != "growing" else {}
+    pyquant.ort.generate(sess, ids, 1 + tokens, device=provider, **kw)
+    pyquant.ort.generate(sess, ids, 1 + tokens, device=provider, **kw)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        pyquant.ort.generate(sess, ids, 1 + tokens, device=provider, **kw)
+        torch.cuda.synchronize()
+    per_kernel = {
+        e.key[:90]: float(getattr(e, "device_time_total", 0.0) or getattr(e, "cuda_time_total", 0.0))
+        for e in prof.key_averages()
+    }
+    top = dict(sorted(per_kernel.items(), key=lambda kv: -kv[1])[:15])
+    return {"total_us": sum(per_kernel.values()), "top_us": top}
 
 
 def _torch_case(model: Any, batch: int, prompt: int, tokens: int, repeats: int, vocab: int) -> dict:
@@ -213,6 +245,9 @@ def main() -> int:
         help="float32 for the CPU EP (no fp16 kernels)",
     )
     ap.add_argument("--profile", action="store_true", help="also ORT's per-op kernel time (first batch size)")
+    ap.add_argument(
+        "--kernels", action="store_true", help="also GPU time per CUDA kernel (CUPTI; first batch size)"
+    )
     ap.add_argument(
         "--provider", default="cuda", choices=("cuda", "cpu"), help="cpu: a smoke test of the script"
     )
@@ -286,11 +321,24 @@ def main() -> int:
                                 op_counts=rep.op_counts,
                             )
                             print(json.dumps({k: v for k, v in r.items() if k != "tokens"}), flush=True)
-                            if args.profile and b == int(args.batch.split(",")[0]) and cache == "growing":
+                            if (
+                                args.profile
+                                and b == int(args.batch.split(",")[0])
+                                and cache != "static-graph"
+                            ):
                                 r["profile_us"] = _profile(
-                                    rep.path, args.provider, b, args.prompt, vocab, tmp
+                                    rep.path, args.provider, b, args.prompt, vocab, tmp, cache
                                 )
                                 print(json.dumps(r["profile_us"]), flush=True)
+                            if (
+                                args.kernels
+                                and b == int(args.batch.split(",")[0])
+                                and args.provider == "cuda"
+                            ):
+                                r["kernels"] = _kernel_profile(
+                                    rep.path, args.provider, b, args.prompt, vocab, cache
+                                )
+                                print(json.dumps(r["kernels"]), flush=True)
                             results.append(r)
                             save()
         if not args.no_torch and args.provider == "cuda":

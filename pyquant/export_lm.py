@@ -21,6 +21,12 @@ The graph (names as Hugging Face Optimum and onnxruntime-genai use them):
     outputs  logits                       T     [batch, seq, vocab]
              present.{i}.key / .value     T     [batch, kv_heads, past + seq, head_dim]
 
+``export_causal_lm(..., static_cache=True)`` exports instead a cache of fixed length L (chosen by
+the caller; ``CausalLMWithStaticCache``): one more input ``cache_position`` int64 [seq] (the slots
+this step writes), ``attention_mask`` [batch, L] (1 = the slot holds a token), past and present
+[batch, kv_heads, L, head_dim], and ``logits`` [batch, 1, vocab] (the last position only). Its
+decode steps keep their shapes, so ORT can replay them as CUDA graphs (pyquant/generation.py).
+
 T is the model's dtype when exported (float32, or float16 after ``model.half()``). Every dim named
 above except kv_heads, head_dim and vocab is dynamic; the first step passes past = 0 (empty
 arrays). Only models whose layers all use full attention with the standard DynamicCache are
@@ -149,19 +155,30 @@ class CausalLMWithCache(nn.Module):
 class CausalLMWithStaticCache(nn.Module):
     """``lm`` over a cache of fixed length: (input_ids [b, s], attention_mask [b, L],
     position_ids [b, s], cache_position [s], past [b, kv_heads, L, head_dim] x 2 per layer) ->
-    (logits [b, s, vocab], present: each past with this step's keys / values written at the slots
-    ``cache_position``).
+    (logits [b, 1, vocab] of the last position only, present: each past with this step's keys /
+    values written at the slots ``cache_position``).
 
     Every shape stays the same from one decode step to the next (L is the buffer's length, chosen
     by the caller), so ORT can replay a decode step as a CUDA graph. ``attention_mask`` says which
     of the L slots hold a token (this step's included); a query at slot q sees the slots <= q that
     do. The 4-D additive mask built here goes to the model as is (transformers passes 4-D masks
-    through), so neither transformers' mask code nor its cache length enters the graph."""
+    through), so neither transformers' mask code nor its cache length enters the graph.
+
+    Why the last position's logits only: generation needs no others, and a prompt's full logits
+    ([b, s, vocab]) cost an lm_head GEMM over every prompt token plus a copy to the host: about
+    25 ms of the 38 ms prompt step of 8 x 128 tokens on an H100 (vocabulary 32,000, float16; CUPTI
+    profile in bench/results/2026-11-27-h100-s34-llama8b4l-kernels-cuda-ep-decode.json).
+
+    Why not ONNX ScatterND for the write: ORT's CUDA ScatterND spent 0.55 ms per cache tensor at
+    batch 8 (one thread per written slice); the write here is a Gather of this step's keys at each
+    slot's source row and a Where, elementwise over the buffer (pyquant/export_lm.py,
+    ``_slot_sources``)."""
 
     def __init__(self, lm: nn.Module) -> None:
         super().__init__()
         self.lm = lm
         self.spec = cache_spec(lm)
+        self.logits_to_keep = "logits_to_keep" in inspect.signature(lm.forward).parameters
 
     def forward(
         self,
@@ -183,7 +200,8 @@ class CausalLMWithStaticCache(nn.Module):
         )
         mask = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)
         cache = _SlotWriteCache(
-            [(past_key_values[2 * i], past_key_values[2 * i + 1]) for i in range(n)], cache_position
+            [(past_key_values[2 * i], past_key_values[2 * i + 1]) for i in range(n)],
+            *_slot_sources(cache_position, past_key_values[0].shape[2]),
         )
         cache_arg = "cache" if "cache" in inspect.signature(self.lm.forward).parameters else "past_key_values"
         out = self.lm(
@@ -192,11 +210,26 @@ class CausalLMWithStaticCache(nn.Module):
             position_ids=position_ids,
             use_cache=True,
             **{cache_arg: cache},
+            **({"logits_to_keep": 1} if self.logits_to_keep else {}),
         )
         present: list[torch.Tensor] = []
         for key, value in cache.written:
             present += [key, value]
-        return (out.logits, *present)
+        return (out.logits[:, -1:], *present)
+
+
+def _slot_sources(cache_position: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each of the ``length`` slots: whether this step writes it ([length] bool) and which of
+    the step's ``s`` tokens it takes ([length] int64, 0 where not written).
+
+    Computed with float ops (a [length, s] 0/1 match matrix, its row sums and its product with
+    0..s-1, exact below 2^24) so that every node has a CUDA kernel in ORT."""
+    steps = cache_position.shape[0]
+    slots = torch.arange(length, device=cache_position.device)
+    hits = (slots[:, None] == cache_position[None, :]).to(torch.float32)
+    written = hits.sum(dim=1) > 0
+    source = (hits @ torch.arange(steps, dtype=torch.float32, device=hits.device)).to(torch.int64)
+    return written, source
 
 
 def _slot_write_cache_class() -> type:
@@ -207,16 +240,22 @@ def _slot_write_cache_class() -> type:
         ``cache_position`` (out of place, so the graph has the buffers as inputs and the written
         copies as outputs) and returns the whole buffers for attention."""
 
-        def __init__(self, pairs: list[tuple[torch.Tensor, torch.Tensor]], cache_position: torch.Tensor):
+        def __init__(
+            self, pairs: list[tuple[torch.Tensor, torch.Tensor]], written: torch.Tensor, source: torch.Tensor
+        ):
             super().__init__()
             self.buffers = pairs
-            self.cache_position = cache_position
+            self.slot_written = written[:, None]  # [L, 1]: broadcasts over [b, kv_heads, L, head_dim]
+            self.slot_source = source
             self.written: list[tuple[torch.Tensor, torch.Tensor]] = list(pairs)
+
+        def _write(self, past: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+            gathered = new.to(past.dtype).index_select(2, self.slot_source)  # [b, kv_heads, L, head_dim]
+            return torch.where(self.slot_written, gathered, past)
 
         def update(self, key_states, value_states, layer_idx, *args, **kwargs):  # noqa: ANN001, ANN201
             past_key, past_value = self.buffers[layer_idx]
-            key = past_key.index_copy(2, self.cache_position, key_states.to(past_key.dtype))
-            value = past_value.index_copy(2, self.cache_position, value_states.to(past_value.dtype))
+            key, value = self._write(past_key, key_states), self._write(past_value, value_states)
             self.written[layer_idx] = (key, value)
             return key, value
 
@@ -226,8 +265,10 @@ def _slot_write_cache_class() -> type:
     return SlotWriteCache
 
 
-def _SlotWriteCache(pairs: list[tuple[torch.Tensor, torch.Tensor]], cache_position: torch.Tensor) -> Any:  # noqa: N802
-    return _slot_write_cache_class()(pairs, cache_position)
+def _SlotWriteCache(  # noqa: N802
+    pairs: list[tuple[torch.Tensor, torch.Tensor]], written: torch.Tensor, source: torch.Tensor
+) -> Any:
+    return _slot_write_cache_class()(pairs, written, source)
 
 
 def _dynamic_cache(pairs: list[tuple[torch.Tensor, torch.Tensor]], config: Any) -> Any:

@@ -3,6 +3,7 @@
 python examples/generate.py                                # SmolLM2-135M (models/install.sh), INT4
 python examples/generate.py --scheme fp8-wo --tokens 48
 python examples/generate.py --provider cuda --dtype float16  # on a GPU with onnxruntime-gpu
+python examples/generate.py --provider cuda --dtype float16 --cuda-graph  # static cache, CUDA graphs
 
 Prints the continuation of a prompt from the float PyTorch model and from the quantized export in
 ORT (greedy decoding: prompt in one step, then one token per step against the cache), how many of
@@ -33,7 +34,14 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32, help="new tokens to generate")
     ap.add_argument("--provider", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--dtype", default="float32", choices=("float32", "float16"))
+    ap.add_argument(
+        "--cuda-graph",
+        action="store_true",
+        help="export a static cache and replay decode steps as CUDA graphs (--provider cuda)",
+    )
     args = ap.parse_args()
+    if args.cuda_graph and args.provider != "cuda":
+        ap.error("--cuda-graph needs --provider cuda")
 
     recipe = get_recipe(args.model)
     model, tokenizer = recipe.load()
@@ -55,14 +63,17 @@ def main() -> None:
         model = model.half()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "lm.onnx"
-        print(pyquant.export_causal_lm(model, path))
-        session = pyquant.ort.make_session(path, providers=(args.provider,))
+        print(pyquant.export_causal_lm(model, path, static_cache=args.cuda_graph))
+        provider = ("cuda", {"enable_cuda_graph": "1"}) if args.cuda_graph else args.provider
+        session = pyquant.ort.make_session(path, providers=(provider,))
         ids = enc["input_ids"].numpy()
-        pyquant.ort.generate(session, ids, 2, device=args.provider)  # warm-up
+        # a static cache of one length for every call, so that later calls replay the first's graphs
+        kw = {"cache_length": ids.shape[1] + max(args.tokens, 4)} if args.cuda_graph else {}
+        pyquant.ort.generate(session, ids, 4, device=args.provider, **kw)  # warm-up (and graph capture)
         t0 = time.perf_counter()
-        prefill = pyquant.ort.generate(session, ids, 1, device=args.provider)
+        prefill = pyquant.ort.generate(session, ids, 1, device=args.provider, **kw)
         t1 = time.perf_counter()
-        out = pyquant.ort.generate(session, ids, args.tokens, device=args.provider)[0]
+        out = pyquant.ort.generate(session, ids, args.tokens, device=args.provider, **kw)[0]
         t2 = time.perf_counter()
 
     def agree(a: np.ndarray, b: np.ndarray) -> int:  # length of the common prefix

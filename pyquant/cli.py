@@ -91,13 +91,17 @@ def _cmd_export(args: argparse.Namespace) -> int:
     recipe, model, _ = _load_quantized(args)
     if args.dtype == "float16":
         model = model.half()
+    if args.static_cache and not args.kv_cache:
+        raise ValueError("--static-cache goes with --kv-cache (a generation graph)")
     if args.kv_cache:
         from pyquant.export_lm import export_causal_lm
 
         if recipe.task != "causal-lm":
             raise ValueError(f"--kv-cache needs a causal LM; {recipe.name!r} is an {recipe.task} model")
 
-        rep = export_causal_lm(model, args.out, external_data=args.external_data)
+        rep = export_causal_lm(
+            model, args.out, static_cache=args.static_cache, external_data=args.external_data
+        )
     else:
         rep = export(recipe.wrap(model), _example_inputs(), args.out, external_data=args.external_data)
     print(rep)
@@ -253,6 +257,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="causal LMs: export for generation, with the KV cache as inputs / outputs "
         "(pyquant.export_causal_lm; run it with pyquant.ort.generate)",
+    )
+    e.add_argument(
+        "--static-cache",
+        action="store_true",
+        help="with --kv-cache: a fixed-length cache written at cache_position, whose decode steps "
+        "pyquant.ort.generate replays as CUDA graphs on a session with enable_cuda_graph",
     )
     e.add_argument(
         "--dtype",

@@ -100,3 +100,12 @@ def test_export_kv_cache_command(tmp_path, capsys) -> None:
     assert "MatMulInt4=14" in capsys.readouterr().out
     names = [i.name for i in cpu_session(out).get_inputs()]
     assert names[:3] == ["input_ids", "attention_mask", "position_ids"] and "past_key_values.1.value" in names
+    static = tmp_path / "lm_static.onnx"
+    assert main([*cmd[:-1], str(static), "--static-cache"]) == 0
+    assert "cache_position" in [i.name for i in cpu_session(static).get_inputs()]
+    capsys.readouterr()
+    assert (
+        main(["export", "--model", model_dir, "--scheme", "int4-b32", "--static-cache", "--out", str(static)])
+        == 2
+    )
+    assert "--static-cache goes with --kv-cache" in capsys.readouterr().err

@@ -16,6 +16,7 @@ Two cache contracts (pyquant/export_lm.py):
 from __future__ import annotations
 
 import itertools
+import threading
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -264,8 +265,11 @@ class _StaticState:
             binding.bind_ortvalue_output(self.present_of[name], self.buffers[1 - read][name])
 
 
-# per session, the state of its last static-cache generate() (a new (batch, length) replaces it)
+# per session, the state of its last static-cache generate() (a new (batch, length) replaces it),
+# and a lock: concurrent calls on one session take turns, since they would share the buffers
 _STATIC_STATE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_STATIC_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_LOCKS_LOCK = threading.Lock()
 
 
 def _generate_static(
@@ -282,9 +286,25 @@ def _generate_static(
     greedy = _Greedy(batch, eos_token_id)
     if max_new_tokens == 0:
         return greedy.result(batch)
-    state = _STATIC_STATE.get(session)
-    if state is None or state.key != (batch, length, device):
-        state = _STATIC_STATE[session] = _StaticState(session, graph, batch, length, device)
+    with _LOCKS_LOCK:
+        lock = _STATIC_LOCKS.setdefault(session, threading.Lock())
+    with lock:
+        state = _STATIC_STATE.get(session)
+        if state is None or state.key != (batch, length, device):
+            state = _STATIC_STATE[session] = _StaticState(session, graph, batch, length, device)
+        return _run_static(session, state, greedy, ids, prompt_mask, max_new_tokens, length)
+
+
+def _run_static(
+    session: ort.InferenceSession,
+    state: _StaticState,
+    greedy: _Greedy,
+    ids: np.ndarray,
+    prompt_mask: np.ndarray,
+    max_new_tokens: int,
+    length: int,
+) -> np.ndarray:
+    batch, prompt = ids.shape
 
     # The prompt: slots 0..prompt-1, read A, write B.
     slot_mask = np.zeros((batch, length), np.int64)
@@ -294,7 +314,7 @@ def _generate_static(
     binding.bind_cpu_input("input_ids", ids)
     binding.bind_cpu_input("position_ids", np.where(prompt_mask == 1, np.cumsum(prompt_mask, axis=1) - 1, 1))
     binding.bind_cpu_input("cache_position", np.arange(prompt, dtype=np.int64))
-    binding.bind_output("logits", device)  # first: get_outputs() lists outputs in binding order
+    binding.bind_output("logits", state.device)  # first: get_outputs() lists outputs in binding order
     state.bind_cache(binding, 0)
     session.run_with_iobinding(binding, state.prompt_options)
     if greedy.step(binding.get_outputs()[0].numpy()[:, -1, :]) or max_new_tokens == 1:

@@ -261,3 +261,18 @@ def test_static_generate_errors(exported, exported_static) -> None:
     with pytest.raises(ValueError, match="static-cache graphs"):
         pyquant.ort.generate(cpu_session(exported[1]), np.ones((1, 3), np.int64), 5, cache_length=9)
     assert not pyquant.ort.uses_cuda_graph(cpu_session(exported_static[1]))
+
+
+def test_static_generate_threads(exported_static) -> None:
+    """Concurrent static-cache generate() calls on one session take turns (they share its buffers)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyquant.ort
+
+    sess = cpu_session(exported_static[1])
+    ids = np.random.default_rng(11).integers(0, 128, (2, 5))
+    want = pyquant.ort.generate(sess, ids, 6, cache_length=16)
+    with ThreadPoolExecutor(4) as pool:
+        runs = list(pool.map(lambda _: pyquant.ort.generate(sess, ids, 6, cache_length=16), range(8)))
+    for got in runs:
+        np.testing.assert_array_equal(got, want)

@@ -26,6 +26,7 @@ from onnx.defs import OpSchema
 from onnxscript.values import Op
 
 from pyquant import torch_ops  # noqa: F401  (registers torch.ops.pyquant.*)
+from pyquant.export_patterns import fusable_rms_norms
 from pyquant.modules import Fp8Linear, Int4Linear, QuantizedLinear
 from pyquant.ops_spec import DOMAIN, FP8_OP, INT4_ATTRIBUTES, INT4_OP, INT4_REQUIRED_ATTRIBUTES, OPSET_VERSION
 
@@ -217,7 +218,7 @@ def export(
 
     model = model.eval()
     layers = {n: m for n, m in model.named_modules() if isinstance(m, QuantizedLinear)}
-    with torch.no_grad():
+    with torch.no_grad(), fusable_rms_norms(model):
         ep = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
     expected = _check_exported_program(ep, layers, allow_float_fallback)
     with torch.no_grad():

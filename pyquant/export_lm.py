@@ -35,9 +35,10 @@ supported (Llama, Mistral, Qwen2, SmolLM2, ...); anything else raises ValueError
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -204,18 +205,75 @@ class CausalLMWithStaticCache(nn.Module):
             *_slot_sources(cache_position, past_key_values[0].shape[2]),
         )
         cache_arg = "cache" if "cache" in inspect.signature(self.lm.forward).parameters else "past_key_values"
-        out = self.lm(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=position_ids,
-            use_cache=True,
-            **{cache_arg: cache},
-            **({"logits_to_keep": 1} if self.logits_to_keep else {}),
-        )
+        with _grouped_attention(self.lm.config):
+            out = self.lm(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=position_ids,
+                use_cache=True,
+                **{cache_arg: cache},
+                **({"logits_to_keep": 1} if self.logits_to_keep else {}),
+            )
         present: list[torch.Tensor] = []
         for key, value in cache.written:
             present += [key, value]
         return (out.logits[:, -1:], *present)
+
+
+GROUPED_ATTENTION = "pyquant_grouped"
+
+
+def grouped_query_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Attention with an additive mask for grouped KV heads without repeating the keys / values.
+
+    query [b, heads, s, d], key / value [b, kv_heads, L, d], mask [b, 1 or heads, s, L] ->
+    [b, s, heads, d] (what transformers' attention functions return). transformers' eager and SDPA
+    paths first expand the keys and values to every query head (``repeat_kv``): with a static cache
+    that is a copy of heads / kv_heads times the whole buffer per layer and step, however few slots
+    hold tokens. Here the heads sharing a KV head become rows of one matrix product instead: query
+    viewed as [b, kv_heads, group * s, d] against the unexpanded keys. Same products, same softmax."""
+    if dropout or kwargs.get("sliding_window") or kwargs.get("softcap"):
+        raise ValueError(
+            "grouped_query_attention: no dropout, sliding window or softcap (full attention only)"
+        )
+    b, heads, s, d = query.shape
+    kv_heads, length = key.shape[1], key.shape[2]
+    group = heads // kv_heads
+    q = query.reshape(b, kv_heads, group * s, d)
+    scores = torch.matmul(q, key.transpose(2, 3)) * scaling  # [b, kv_heads, group * s, L]
+    if attention_mask is not None:
+        scores = scores.view(b, kv_heads, group, s, length)
+        if attention_mask.shape[1] == 1:
+            scores = scores + attention_mask[:, :, None]
+        else:
+            scores = scores + attention_mask.reshape(b, kv_heads, group, s, length)
+        scores = scores.view(b, kv_heads, group * s, length)
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    out = torch.matmul(weights, value)  # [b, kv_heads, group * s, d]
+    return out.view(b, heads, s, d).transpose(1, 2).contiguous(), None
+
+
+@contextlib.contextmanager
+def _grouped_attention(config: Any) -> Iterator[None]:
+    """The model's attention layers call ``grouped_query_attention`` within the block."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(GROUPED_ATTENTION, grouped_query_attention)
+    before = config._attn_implementation
+    config._attn_implementation = GROUPED_ATTENTION
+    try:
+        yield
+    finally:
+        config._attn_implementation = before
 
 
 def _slot_sources(cache_position: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -276,3 +276,28 @@ def test_static_generate_threads(exported_static) -> None:
         runs = list(pool.map(lambda _: pyquant.ort.generate(sess, ids, 6, cache_length=16), range(8)))
     for got in runs:
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("mask_heads", [0, 1, 8])
+def test_grouped_query_attention_matches_repeated_kv(mask_heads: int) -> None:
+    from pyquant.export_lm import grouped_query_attention
+
+    g = torch.Generator().manual_seed(mask_heads)
+    b, heads, kv_heads, s, length, d = 2, 8, 2, 3, 7, 16
+    q = torch.randn(b, heads, s, d, generator=g)
+    k, v = torch.randn(b, kv_heads, length, d, generator=g), torch.randn(b, kv_heads, length, d, generator=g)
+    mask = None
+    if mask_heads:
+        mask = torch.zeros(b, mask_heads, s, length).masked_fill(
+            torch.rand(b, mask_heads, s, length, generator=g) < 0.3, torch.finfo(torch.float32).min
+        )
+    got, _ = grouped_query_attention(nn.Module(), q, k, v, mask, scaling=0.25)
+    # reference: every query head against its KV head repeated (transformers' repeat_kv order)
+    k_rep, v_rep = (
+        k.repeat_interleave(heads // kv_heads, dim=1),
+        v.repeat_interleave(heads // kv_heads, dim=1),
+    )
+    scores = q @ k_rep.transpose(2, 3) * 0.25 + (0 if mask is None else mask)
+    want = (torch.softmax(scores, dim=-1) @ v_rep).transpose(1, 2)
+    assert got.shape == (b, s, heads, d)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

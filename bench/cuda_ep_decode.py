@@ -110,7 +110,15 @@ def _timed(fn: Any, repeats: int) -> tuple[float, Any]:
 
 
 def _ort_case(
-    path: Path, provider: str, batch: int, prompt: int, tokens: int, repeats: int, vocab: int, cache: str
+    path: Path,
+    provider: str,
+    batch: int,
+    prompt: int,
+    tokens: int,
+    repeats: int,
+    vocab: int,
+    cache: str,
+    cache_length: int | None = None,
 ) -> dict:
     import pyquant.ort
 
@@ -119,7 +127,7 @@ def _ort_case(
         path, providers=((provider, options) if options else provider,), strict=True
     )
     ids = np.random.default_rng(batch).integers(5, vocab, (batch, prompt))
-    kw = {"cache_length": prompt + max(4, 1 + tokens)} if cache != "growing" else {}
+    kw = {"cache_length": cache_length or prompt + max(4, 1 + tokens)} if cache != "growing" else {}
 
     def gen(n: int) -> Any:
         return pyquant.ort.generate(sess, ids, n, device=provider, **kw)
@@ -234,6 +242,12 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument(
+        "--cache-length",
+        type=int,
+        default=None,
+        help="static caches: the buffers' length (default prompt + 1 + tokens, at least prompt + 4)",
+    )
+    ap.add_argument(
         "--cache",
         default="growing,static-graph",
         help="exported caches to time: growing, static, static-graph (comma-separated)",
@@ -275,6 +289,7 @@ def main() -> int:
         "repeats": args.repeats,
         "dtype": args.dtype,
         "provider": args.provider,
+        "cache_length": args.cache_length,
     }
 
     def save() -> None:  # after every case: a run stopped by its time limit keeps what it measured
@@ -310,6 +325,7 @@ def main() -> int:
                                 args.repeats,
                                 vocab,
                                 cache,
+                                args.cache_length,
                             )
                             r.update(
                                 shape=shape,
@@ -376,7 +392,8 @@ def _markdown(meta: dict, results: list[dict]) -> str:
         f"{meta['repeats']}); ms. Random weights; every decoder linear quantized (RTN), lm_head and "
         f"embedding {meta.get('dtype', 'float16')}. Speedup = the unquantized model's ORT time with the same "
         "cache / this time. Cache: growing (no CUDA graphs), static (fixed-length buffers), static-graph "
-        "(decode steps replayed as CUDA graphs).",
+        "(decode steps replayed as CUDA graphs)"
+        + (f"; static buffers of {meta['cache_length']} slots." if meta.get("cache_length") else "."),
         "",
     ]
     for shape in dict.fromkeys(r["shape"] for r in results):

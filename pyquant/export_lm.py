@@ -111,6 +111,19 @@ def cache_spec(model: nn.Module) -> CacheSpec:
     return CacheSpec(int(layers), int(kv_heads), int(head_dim))
 
 
+def _layer_pairs(spec: CacheSpec, past: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The graph's flat past [key_0, value_0, key_1, ...] as (key, value) per layer."""
+    n = spec.num_layers
+    if len(past) != 2 * n:
+        raise ValueError(f"expected {2 * n} past tensors (key and value of {n} layers), got {len(past)}")
+    return [(past[2 * i], past[2 * i + 1]) for i in range(n)]
+
+
+def _cache_argument(lm: nn.Module) -> str:
+    """transformers 5.x renames the forward's ``past_key_values`` to ``cache`` (the old name warns)."""
+    return "cache" if "cache" in inspect.signature(lm.forward).parameters else "past_key_values"
+
+
 class CausalLMWithCache(nn.Module):
     """``lm`` as a function of flat tensors: (input_ids, attention_mask, position_ids, past) ->
     (logits, present...), past / present as [key_0, value_0, key_1, ...] (the graph's order)."""
@@ -127,16 +140,8 @@ class CausalLMWithCache(nn.Module):
         position_ids: torch.Tensor,
         past_key_values: Sequence[torch.Tensor],
     ) -> tuple[torch.Tensor, ...]:
-        n = self.spec.num_layers
-        if len(past_key_values) != 2 * n:
-            raise ValueError(
-                f"expected {2 * n} past tensors (key and value of {n} layers), got {len(past_key_values)}"
-            )
-        cache = _dynamic_cache(
-            [(past_key_values[2 * i], past_key_values[2 * i + 1]) for i in range(n)], self.lm.config
-        )
-        # transformers 5.x renames the forward's `past_key_values` to `cache` (the old name warns)
-        cache_arg = "cache" if "cache" in inspect.signature(self.lm.forward).parameters else "past_key_values"
+        cache = _dynamic_cache(_layer_pairs(self.spec, past_key_values), self.lm.config)
+        cache_arg = _cache_argument(self.lm)
         out = self.lm(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -189,22 +194,15 @@ class CausalLMWithStaticCache(nn.Module):
         cache_position: torch.Tensor,
         past_key_values: Sequence[torch.Tensor],
     ) -> tuple[torch.Tensor, ...]:
-        n = self.spec.num_layers
-        if len(past_key_values) != 2 * n:
-            raise ValueError(
-                f"expected {2 * n} past tensors (key and value of {n} layers), got {len(past_key_values)}"
-            )
+        pairs = _layer_pairs(self.spec, past_key_values)
         dtype = past_key_values[0].dtype
         slots = torch.arange(past_key_values[0].shape[2], device=input_ids.device)
         visible = (slots[None, :] <= cache_position[:, None])[None, None] & (
             attention_mask[:, None, None, :] != 0
         )
         mask = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)
-        cache = _SlotWriteCache(
-            [(past_key_values[2 * i], past_key_values[2 * i + 1]) for i in range(n)],
-            *_slot_sources(cache_position, past_key_values[0].shape[2]),
-        )
-        cache_arg = "cache" if "cache" in inspect.signature(self.lm.forward).parameters else "past_key_values"
+        cache = _SlotWriteCache(pairs, *_slot_sources(cache_position, past_key_values[0].shape[2]))
+        cache_arg = _cache_argument(self.lm)
         with _grouped_attention(self.lm.config):
             out = self.lm(
                 input_ids=input_ids,

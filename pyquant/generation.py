@@ -28,8 +28,8 @@ __all__ = ["generate", "uses_cuda_graph"]
 
 _NUMPY_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
 PAST_PREFIX = "past_key_values."
-# CUDA graph ids handed out per session: each generate() call with a static cache captures its own
-# pair (buffers and shapes are the call's); ORT keeps a captured graph until the session goes.
+# CUDA graph ids handed out per session: each static-cache state (one batch size and cache length,
+# _StaticState) captures its own pair; ORT keeps a captured graph until the session goes.
 _GRAPH_IDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -219,7 +219,6 @@ class _StaticState:
         def on_device(array: np.ndarray) -> ort.OrtValue:
             return ort.OrtValue.ortvalue_from_numpy(np.array(array, order="C"), device, 0)
 
-        self.on_device = on_device
         # zeros, not uninitialised memory: a hidden slot weighs 0, but 0 x NaN would still be NaN
         self.buffers = [
             {n: on_device(np.zeros((batch, h, length, d), dt)) for n, (h, d, dt) in graph.past.items()}

@@ -46,7 +46,7 @@ def _eps(module: nn.Module) -> float | None:
 def _same_output(module: nn.Module, eps: float) -> bool:
     weight = module.weight
     g = torch.Generator().manual_seed(0)
-    x = (torch.randn(2, 3, weight.shape[0], generator=g) * 3).to(weight.dtype)
+    x = (torch.randn(2, 3, weight.shape[0], generator=g) * 3).to(weight.device, weight.dtype)
     try:
         with torch.no_grad():
             want = module(x)

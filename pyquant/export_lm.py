@@ -175,10 +175,14 @@ class CausalLMWithStaticCache(nn.Module):
     25 ms of the 38 ms prompt step of 8 x 128 tokens on an H100 (vocabulary 32,000, float16; CUPTI
     profile in bench/results/2026-11-27-h100-s34-llama8b4l-kernels-cuda-ep-decode.json).
 
-    Why not ONNX ScatterND for the write: ORT's CUDA ScatterND spent 0.55 ms per cache tensor at
-    batch 8 (one thread per written slice); the write here is a Gather of this step's keys at each
-    slot's source row and a Where, elementwise over the buffer (pyquant/export_lm.py,
-    ``_slot_sources``)."""
+    Why not ONNX ScatterND for the write: ORT's CUDA ScatterND kernel took 0.56 ms per cache
+    tensor and run at batch 8 (averaged over a 128-token prompt step and 4 decode steps); the
+    write here is a Gather of this step's keys at each slot's source row and a Where, elementwise
+    over the buffer (``_slot_sources``).
+
+    Attention runs ``grouped_query_attention``: the keys / values of a KV head are not repeated for
+    each of its query heads (with a buffer of L slots, that copy would cost every step as much as L
+    tokens' keys and values times the group size)."""
 
     def __init__(self, lm: nn.Module) -> None:
         super().__init__()
@@ -200,7 +204,9 @@ class CausalLMWithStaticCache(nn.Module):
         visible = (slots[None, :] <= cache_position[:, None])[None, None] & (
             attention_mask[:, None, None, :] != 0
         )
-        mask = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)
+        mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill(
+            ~visible, torch.finfo(dtype).min
+        )
         cache = _SlotWriteCache(pairs, *_slot_sources(cache_position, past_key_values[0].shape[2]))
         cache_arg = _cache_argument(self.lm)
         with _grouped_attention(self.lm.config):

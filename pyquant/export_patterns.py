@@ -19,6 +19,7 @@ import contextlib
 import logging
 import types
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -28,11 +29,16 @@ log = logging.getLogger("pyquant")
 __all__ = ["fusable_rms_norms"]
 
 
-def _rms_norm_div_form(self: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
-    dtype = hidden_states.dtype
-    h = hidden_states.to(torch.float32)
-    h = h / torch.sqrt(h.pow(2).mean(-1, keepdim=True) + self._pyquant_eps)
-    return self.weight * h.to(dtype)
+def _rms_norm_div_form(eps: float) -> Any:
+    """RMSNorm's forward (self, hidden_states) in the Div form, for a module whose eps is ``eps``."""
+
+    def forward(self: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
+        dtype = hidden_states.dtype
+        h = hidden_states.to(torch.float32)
+        h = h / torch.sqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        return self.weight * h.to(dtype)
+
+    return forward
 
 
 def _eps(module: nn.Module) -> float | None:
@@ -43,15 +49,14 @@ def _eps(module: nn.Module) -> float | None:
     return None
 
 
-def _same_output(module: nn.Module, eps: float) -> bool:
+def _same_output(module: nn.Module, div_form: Any) -> bool:
     weight = module.weight
     g = torch.Generator().manual_seed(0)
     x = (torch.randn(2, 3, weight.shape[0], generator=g) * 3).to(weight.device, weight.dtype)
     try:
         with torch.no_grad():
             want = module(x)
-            module._pyquant_eps = eps
-            got = _rms_norm_div_form(module, x)
+            got = div_form(module, x)
     except Exception:  # noqa: BLE001 - a module we cannot run alone keeps its forward
         return False
     tol = 1e-5 if weight.dtype == torch.float32 else 1e-2
@@ -67,15 +72,17 @@ def fusable_rms_norms(model: nn.Module) -> Iterator[int]:
         for module in model.modules():
             weight = getattr(module, "weight", None)
             eps = _eps(module)
-            if (
+            if not (
                 type(module).__name__.endswith("RMSNorm")
                 and isinstance(weight, torch.Tensor)
                 and weight.dim() == 1
                 and eps is not None
                 and "forward" not in vars(module)
-                and _same_output(module, eps)
             ):
-                module.forward = types.MethodType(_rms_norm_div_form, module)
+                continue
+            div_form = _rms_norm_div_form(eps)
+            if _same_output(module, div_form):
+                module.forward = types.MethodType(div_form, module)
                 switched.append(module)
         if switched:
             log.debug("pyquant: %d RMSNorm modules exported in the form ORT fuses", len(switched))
@@ -83,4 +90,3 @@ def fusable_rms_norms(model: nn.Module) -> Iterator[int]:
     finally:
         for module in switched:
             del module.forward
-            vars(module).pop("_pyquant_eps", None)

@@ -18,7 +18,8 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -28,9 +29,6 @@ __all__ = ["generate", "uses_cuda_graph"]
 
 _NUMPY_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
 PAST_PREFIX = "past_key_values."
-# CUDA graph ids handed out per session: each static-cache state (one batch size and cache length,
-# _StaticState) captures its own pair; ORT keeps a captured graph until the session goes.
-_GRAPH_IDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -41,6 +39,7 @@ class _Graph:
     past: dict[str, tuple[int, int, type]]  # past name -> (kv_heads, head_dim, numpy dtype)
     present_of: dict[str, str]
     vocab: Any
+    logits_dtype: np.dtype
     static: bool
 
 
@@ -72,7 +71,8 @@ def _inspect(session: ort.InferenceSession) -> _Graph:
             raise ValueError(f"cache input {p.name}: unsupported type / shape {p.type} {p.shape}")
         cache[p.name] = (h, d, _NUMPY_DTYPES[p.type])
     static = "cache_position" in {i.name for i in inputs}
-    return _Graph(outputs, cache, present_of, out_meta[0].shape[-1], static)
+    logits_dtype = np.dtype(_NUMPY_DTYPES.get(out_meta[0].type, np.float32))
+    return _Graph(outputs, cache, present_of, out_meta[0].shape[-1], logits_dtype, static)
 
 
 def generate(
@@ -140,6 +140,12 @@ def generate(
     return _generate_growing(session, graph, ids.astype(np.int64), mask, max_new_tokens, eos_token_id, device)
 
 
+def _prompt_positions(mask: np.ndarray) -> np.ndarray:
+    """Position ids of left-padded prompts: 0, 1, ... from each row's first token (HF's rule;
+    padding gets 1, which its masked slots never let matter)."""
+    return np.where(mask == 1, np.cumsum(mask, axis=1) - 1, 1).astype(np.int64)
+
+
 class _Greedy:
     """Next tokens from the last position's logits, with EOS bookkeeping."""
 
@@ -176,7 +182,7 @@ def _generate_growing(
     }
     binding = session.io_binding()
     step_ids = ids
-    positions = np.where(mask == 1, np.cumsum(mask, axis=1) - 1, 1).astype(np.int64)
+    positions = _prompt_positions(mask)
     greedy = _Greedy(batch, eos_token_id)
     for _ in range(max_new_tokens):
         binding.clear_binding_inputs()
@@ -212,8 +218,17 @@ class _StaticState:
     previous call's values in slots they have not written yet, which the mask hides (a hidden
     slot's attention weight is exactly 0)."""
 
-    def __init__(self, session: ort.InferenceSession, graph: _Graph, batch: int, length: int, device: str):
+    def __init__(
+        self,
+        session: ort.InferenceSession,
+        graph: _Graph,
+        batch: int,
+        length: int,
+        device: str,
+        graph_ids: Iterator[int],
+    ):
         self.key = (batch, length, device)
+        self.length = length
         self.device = device
 
         def on_device(array: np.ndarray) -> ort.OrtValue:
@@ -229,15 +244,13 @@ class _StaticState:
         self.positions = on_device(np.zeros((batch, 1), np.int64))
         self.slot = on_device(np.zeros(1, np.int64))
         self.present_of = graph.present_of
-        logits_type = np.dtype(_NUMPY_DTYPES.get(session.get_outputs()[0].type, np.float32))
         vocab = graph.vocab if isinstance(graph.vocab, int) else None
         self.logits = (
-            ort.OrtValue.ortvalue_from_shape_and_type((batch, 1, vocab), logits_type, device, 0)
+            ort.OrtValue.ortvalue_from_shape_and_type((batch, 1, vocab), graph.logits_dtype, device, 0)
             if vocab is not None
             else None
         )
         graphs = device == "cuda" and uses_cuda_graph(session)
-        ids = _GRAPH_IDS.setdefault(session, itertools.count(1)) if graphs else None
         self.decode: list[tuple[ort.IOBinding, ort.RunOptions]] = []
         for read in (1, 0):  # the first decode step reads B (the prompt step wrote it)
             b = session.io_binding()
@@ -250,8 +263,8 @@ class _StaticState:
                 b.bind_output("logits", device)  # first: get_outputs() lists outputs in binding order
             self.bind_cache(b, read)
             options = ort.RunOptions()
-            if ids is not None:
-                options.add_run_config_entry("gpu_graph_id", str(next(ids)))
+            if graphs:  # ids unique in the session: ORT keeps a captured graph until the session goes
+                options.add_run_config_entry("gpu_graph_id", str(next(graph_ids)))
             self.decode.append((b, options))
         self.prompt_options = ort.RunOptions()
         if graphs:  # the prompt step's shapes are its own: never captured
@@ -264,11 +277,19 @@ class _StaticState:
             binding.bind_ortvalue_output(self.present_of[name], self.buffers[1 - read][name])
 
 
-# per session, the state of its last static-cache generate() (a new (batch, length) replaces it),
-# and a lock: concurrent calls on one session take turns, since they would share the buffers
-_STATIC_STATE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_STATIC_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_LOCKS_LOCK = threading.Lock()
+@dataclass
+class _SessionStatic:
+    """Per session: a lock (concurrent static-cache calls take turns: they would share the
+    buffers), the CUDA graph ids handed out so far, and the state of its last static-cache call
+    (a new (batch, length, device) replaces it)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    graph_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    state: _StaticState | None = None
+
+
+_PER_SESSION: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_PER_SESSION_LOCK = threading.Lock()
 
 
 def _generate_static(
@@ -281,17 +302,16 @@ def _generate_static(
     device: str,
     length: int,
 ) -> np.ndarray:
-    batch, prompt = ids.shape
+    batch = ids.shape[0]
     greedy = _Greedy(batch, eos_token_id)
     if max_new_tokens == 0:
         return greedy.result(batch)
-    with _LOCKS_LOCK:
-        lock = _STATIC_LOCKS.setdefault(session, threading.Lock())
-    with lock:
-        state = _STATIC_STATE.get(session)
-        if state is None or state.key != (batch, length, device):
-            state = _STATIC_STATE[session] = _StaticState(session, graph, batch, length, device)
-        return _run_static(session, state, greedy, ids, prompt_mask, max_new_tokens, length)
+    with _PER_SESSION_LOCK:
+        record = _PER_SESSION.setdefault(session, _SessionStatic())
+    with record.lock:
+        if record.state is None or record.state.key != (batch, length, device):
+            record.state = _StaticState(session, graph, batch, length, device, record.graph_ids)
+        return _run_static(session, record.state, greedy, ids, prompt_mask, max_new_tokens)
 
 
 def _run_static(
@@ -301,17 +321,16 @@ def _run_static(
     ids: np.ndarray,
     prompt_mask: np.ndarray,
     max_new_tokens: int,
-    length: int,
 ) -> np.ndarray:
     batch, prompt = ids.shape
 
     # The prompt: slots 0..prompt-1, read A, write B.
-    slot_mask = np.zeros((batch, length), np.int64)
+    slot_mask = np.zeros((batch, state.length), np.int64)
     slot_mask[:, :prompt] = prompt_mask
     state.mask.update_inplace(slot_mask)
     binding = session.io_binding()
     binding.bind_cpu_input("input_ids", ids)
-    binding.bind_cpu_input("position_ids", np.where(prompt_mask == 1, np.cumsum(prompt_mask, axis=1) - 1, 1))
+    binding.bind_cpu_input("position_ids", _prompt_positions(prompt_mask))
     binding.bind_cpu_input("cache_position", np.arange(prompt, dtype=np.int64))
     binding.bind_output("logits", state.device)  # first: get_outputs() lists outputs in binding order
     state.bind_cache(binding, 0)

@@ -109,6 +109,21 @@ def _timed(fn: Any, repeats: int) -> tuple[float, Any]:
     return float(np.median(ts)), out
 
 
+def _prompt_ids(batch: int, prompt: int, vocab: int) -> np.ndarray:
+    """The same random prompts for every method at one batch size."""
+    return np.random.default_rng(batch).integers(5, vocab, (batch, prompt))
+
+
+def _session(path: Path, provider: str, cache: str, options: Any = None) -> Any:
+    """A pyquant session on ``provider``; with CUDA graphs for the ``static-graph`` cache."""
+    import pyquant.ort
+
+    graphs = {"enable_cuda_graph": "1"} if cache == "static-graph" else None
+    return pyquant.ort.make_session(
+        path, providers=((provider, graphs) if graphs else provider,), options=options, strict=True
+    )
+
+
 def _ort_case(
     path: Path,
     provider: str,
@@ -122,11 +137,8 @@ def _ort_case(
 ) -> dict:
     import pyquant.ort
 
-    options = {"enable_cuda_graph": "1"} if cache == "static-graph" else None
-    sess = pyquant.ort.make_session(
-        path, providers=((provider, options) if options else provider,), strict=True
-    )
-    ids = np.random.default_rng(batch).integers(5, vocab, (batch, prompt))
+    sess = _session(path, provider, cache)
+    ids = _prompt_ids(batch, prompt, vocab)
     kw = {"cache_length": cache_length or prompt + max(4, 1 + tokens)} if cache != "growing" else {}
 
     def gen(n: int) -> Any:
@@ -153,8 +165,8 @@ def _profile(path: Path, provider: str, batch: int, prompt: int, vocab: int, tmp
     so = ort.SessionOptions()
     so.enable_profiling = True
     so.profile_file_prefix = str(Path(tmp) / "prof")
-    sess = pyquant.ort.make_session(path, providers=(provider,), options=so, strict=True)
-    ids = np.random.default_rng(batch).integers(5, vocab, (batch, prompt))
+    sess = _session(path, provider, cache, so)
+    ids = _prompt_ids(batch, prompt, vocab)
     kw = {"cache_length": prompt + 5} if cache != "growing" else {}
     pyquant.ort.generate(sess, ids, 2, device=provider, **kw)  # first runs: one-time preparation, not counted
     pyquant.ort.generate(sess, ids, 5, device=provider, **kw)
@@ -184,11 +196,8 @@ def _kernel_profile(
 
     import pyquant.ort
 
-    options = {"enable_cuda_graph": "1"} if cache == "static-graph" else None
-    sess = pyquant.ort.make_session(
-        path, providers=((provider, options) if options else provider,), strict=True
-    )
-    ids = np.random.default_rng(batch).integers(5, vocab, (batch, prompt))
+    sess = _session(path, provider, cache)
+    ids = _prompt_ids(batch, prompt, vocab)
     kw = {"cache_length": prompt + 1 + tokens} if cache != "growing" else {}
     pyquant.ort.generate(sess, ids, 1 + tokens, device=provider, **kw)
     pyquant.ort.generate(sess, ids, 1 + tokens, device=provider, **kw)
@@ -207,7 +216,7 @@ def _torch_case(model: Any, batch: int, prompt: int, tokens: int, repeats: int, 
     import torch
 
     m = model.half().cuda()
-    ids = torch.as_tensor(np.random.default_rng(batch).integers(5, vocab, (batch, prompt))).cuda()
+    ids = torch.as_tensor(_prompt_ids(batch, prompt, vocab)).cuda()
 
     def gen(n: int) -> None:
         with torch.no_grad():

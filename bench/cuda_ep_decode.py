@@ -189,8 +189,9 @@ def _kernel_profile(
     path: Path, provider: str, batch: int, prompt: int, vocab: int, cache: str, tokens: int = 4
 ) -> dict:
     """GPU time per CUDA kernel (CUPTI, through torch.profiler, which sees every kernel of the
-    process, ORT's included) over generate(1 + tokens) after a warm-up: the largest 15, µs summed
-    over the prompt step and the decode steps, and the total."""
+    process, ORT's included, also inside CUDA graphs), after a warm-up: generate(1) (the prompt
+    step) and generate(1 + tokens) profiled apart, so a kernel's decode time per step is the
+    difference over `tokens`. The largest 15 of each, µs, and the totals."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -199,17 +200,32 @@ def _kernel_profile(
     sess = _session(path, provider, cache)
     ids = _prompt_ids(batch, prompt, vocab)
     kw = {"cache_length": prompt + 1 + tokens} if cache != "growing" else {}
+
+    def per_kernel(n: int) -> dict[str, float]:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            pyquant.ort.generate(sess, ids, n, device=provider, **kw)
+            torch.cuda.synchronize()
+        return {
+            e.key[:90]: float(getattr(e, "device_time_total", 0.0) or getattr(e, "cuda_time_total", 0.0))
+            for e in prof.key_averages()
+        }
+
     pyquant.ort.generate(sess, ids, 1 + tokens, device=provider, **kw)
     pyquant.ort.generate(sess, ids, 1 + tokens, device=provider, **kw)
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        pyquant.ort.generate(sess, ids, 1 + tokens, device=provider, **kw)
-        torch.cuda.synchronize()
-    per_kernel = {
-        e.key[:90]: float(getattr(e, "device_time_total", 0.0) or getattr(e, "cuda_time_total", 0.0))
-        for e in prof.key_averages()
+    prompt_step = per_kernel(1)
+    whole = per_kernel(1 + tokens)
+    decode = {k: (v - prompt_step.get(k, 0.0)) / tokens for k, v in whole.items()}
+
+    def top(d: dict[str, float]) -> dict[str, float]:
+        return dict(sorted(d.items(), key=lambda kv: -kv[1])[:15])
+
+    return {
+        "total_us": sum(whole.values()),
+        "top_us": top(whole),
+        "prompt_step_total_us": sum(prompt_step.values()),
+        "decode_step_total_us": sum(decode.values()),
+        "decode_step_top_us": top(decode),
     }
-    top = dict(sorted(per_kernel.items(), key=lambda kv: -kv[1])[:15])
-    return {"total_us": sum(per_kernel.values()), "top_us": top}
 
 
 def _torch_case(model: Any, batch: int, prompt: int, tokens: int, repeats: int, vocab: int) -> dict:

@@ -1,6 +1,7 @@
 """Device side: where ORT's CUDA EP places each node of a causal LM exported with its KV cache
 (growing and static), from one profiled generate(): node counts per provider, and the op types of
-every node not on the CUDA EP (Memcpy nodes included: they keep CUDA graphs from replaying).
+every node not on the CUDA EP (Memcpy nodes included: they keep CUDA graphs from replaying), and
+the optimized graph's op types (SimplifiedLayerNormalization where ORT fused an RMSNorm).
 
     python3 bench/device/lm_placement.py
 """
@@ -46,11 +47,15 @@ def main() -> int:
                     nodes[ev["name"].rsplit("_kernel_time", 1)[0]] = (a["op_name"], a["provider"])
             per_provider: dict[str, int] = {}
             off_cuda: dict[str, int] = {}
+            op_types: dict[str, int] = {}
             for op, prov in nodes.values():
                 per_provider[prov] = per_provider.get(prov, 0) + 1
+                op_types[op] = op_types.get(op, 0) + 1
                 if prov != "CUDAExecutionProvider":
                     off_cuda[f"{op}@{prov}"] = off_cuda.get(f"{op}@{prov}", 0) + 1
-            print(json.dumps({"static_cache": static, "nodes": per_provider, "not_on_cuda": off_cuda}))
+            ops = dict(sorted(op_types.items(), key=lambda kv: -kv[1]))
+            record = {"static_cache": static, "nodes": per_provider, "not_on_cuda": off_cuda, "op_types": ops}
+            print(json.dumps(record))
     return 0
 
 

@@ -9,8 +9,9 @@ Per shape (below; random weights: this measures speed, not accuracy) the script 
 transformers LlamaForCausalLM, quantizes every decoder linear with each scheme (round to nearest;
 lm_head and the embedding stay float16), exports it in float16 with pyquant.export_causal_lm and
 times greedy generation through pyquant.ort.generate(device="cuda") (the cache stays on the GPU;
-each step binds the inputs, runs, copies the last position's logits to the host and takes the
-argmax there, as a Python serving loop does). Reported per batch size: the prompt step (prefill of
+growing cache: each step binds the inputs, runs, copies the last position's logits to the host and
+takes the argmax there, as a Python serving loop does; static caches: the graph's own argmax
+output, ``next_tokens``, feeds the next step on the device and only the tokens come back). Reported per batch size: the prompt step (prefill of
 --prompt tokens) and the mean time per decoded token, from generate(1) and generate(1 + --tokens)
 (median of --repeats), plus torch fp16 eager (transformers' generate with its DynamicCache) as a
 reference.

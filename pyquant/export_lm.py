@@ -24,8 +24,11 @@ The graph (names as Hugging Face Optimum and onnxruntime-genai use them):
 ``export_causal_lm(..., static_cache=True)`` exports instead a cache of fixed length L (chosen by
 the caller; ``CausalLMWithStaticCache``): one more input ``cache_position`` int64 [seq] (the slots
 this step writes), ``attention_mask`` [batch, L] (1 = the slot holds a token), past and present
-[batch, kv_heads, L, head_dim], and ``logits`` [batch, 1, vocab] (the last position only). Its
-decode steps keep their shapes, so ORT can replay them as CUDA graphs (pyquant/generation.py).
+[batch, kv_heads, L, head_dim], ``logits`` [batch, 1, vocab] (the last position only) and
+``next_tokens`` int64 [batch, 1] (the greedy choice: their argmax, first index on ties, as
+torch.argmax). Its decode steps keep their shapes, so ORT can replay them as CUDA graphs, and
+greedy generation can feed ``next_tokens`` to the next step without the logits leaving the device
+(pyquant/generation.py).
 
 T is the model's dtype when exported (float32, or float16 after ``model.half()``). Every dim named
 above except kv_heads, head_dim and vocab is dynamic; the first step passes past = 0 (empty
@@ -46,6 +49,7 @@ import torch
 from torch import nn
 
 from pyquant.export import ExportReport, export
+from pyquant.generation import NEXT_TOKENS
 
 __all__ = ["CacheSpec", "CausalLMWithCache", "CausalLMWithStaticCache", "cache_spec", "export_causal_lm"]
 
@@ -161,8 +165,8 @@ class CausalLMWithCache(nn.Module):
 class CausalLMWithStaticCache(nn.Module):
     """``lm`` over a cache of fixed length: (input_ids [b, s], attention_mask [b, L],
     position_ids [b, s], cache_position [s], past [b, kv_heads, L, head_dim] x 2 per layer) ->
-    (logits [b, 1, vocab] of the last position only, present: each past with this step's keys /
-    values written at the slots ``cache_position``).
+    (logits [b, 1, vocab] of the last position only, next_tokens [b, 1] int64 = their argmax,
+    present: each past with this step's keys / values written at the slots ``cache_position``).
 
     Every shape stays the same from one decode step to the next (L is the buffer's length, chosen
     by the caller), so ORT can replay a decode step as a CUDA graph. ``attention_mask`` says which
@@ -179,6 +183,13 @@ class CausalLMWithStaticCache(nn.Module):
     tensor and run at batch 8 (averaged over a 128-token prompt step and 4 decode steps); the
     write here is a Gather of this step's keys at each slot's source row and a Where, elementwise
     over the buffer (``_slot_sources``).
+
+    Why ``next_tokens``: greedy decoding on the host read the logits back every step and took
+    their argmax there; numpy's float16 argmax over [8, 32000] alone took ~1.7 ms on this
+    project's VM, more than a whole CUDA-graph decode step's GPU time (0.77 ms with INT4 on an
+    H100; bench/results/2026-11-27-h100-s35-llama8b4l-b8kernels-cuda-ep-decode.json). The argmax
+    runs in float32 (a Cast of [b, vocab] first), so ties and order match torch's on the same
+    logits.
 
     Attention runs ``grouped_query_attention``: the keys / values of a KV head are not repeated for
     each of its query heads (with a buffer of L slots, that copy would cost every step as much as L
@@ -221,7 +232,9 @@ class CausalLMWithStaticCache(nn.Module):
         present: list[torch.Tensor] = []
         for key, value in cache.written:
             present += [key, value]
-        return (out.logits[:, -1:], *present)
+        logits = out.logits[:, -1:]
+        next_tokens = logits[:, 0].float().argmax(dim=-1, keepdim=True)
+        return (logits, next_tokens, *present)
 
 
 GROUPED_ATTENTION = "pyquant_grouped"
@@ -369,8 +382,9 @@ def export_causal_lm(
     layer a pyquant node, no float copy of its weights).
 
     ``static_cache=True`` exports the fixed-length cache of ``CausalLMWithStaticCache`` instead
-    (one more input, ``cache_position``; the presents are as long as the pasts), whose decode steps
-    keep their shapes, so that ``pyquant.ort.generate`` can replay them as CUDA graphs."""
+    (one more input, ``cache_position``, one more output, ``next_tokens``; the presents are as long
+    as the pasts), whose decode steps keep their shapes, so that ``pyquant.ort.generate`` can replay
+    them as CUDA graphs."""
     spec = cache_spec(model)
     cfg = _config(model)
     dtype = _model_dtype(model)
@@ -389,6 +403,7 @@ def export_causal_lm(
     dyn = torch.export.Dim.DYNAMIC
     kv_dims = tuple({0: dyn, 2: dyn} for _ in past_kv)
     names = ["input_ids", "attention_mask", "position_ids"]
+    outputs = ["logits", *spec.present_names]
     if static_cache:
         attention_mask = torch.cat([attention_mask, torch.zeros(batch, 2, dtype=torch.int64)], dim=1)
         cache_position = torch.arange(past, past + seq, dtype=torch.int64)
@@ -396,6 +411,7 @@ def export_causal_lm(
         args: tuple = (input_ids, attention_mask, position_ids, cache_position, past_kv)
         dynamic_shapes: tuple = ({0: dyn, 1: dyn}, {0: dyn, 1: dyn}, {0: dyn, 1: dyn}, {0: dyn}, kv_dims)
         names.append(CACHE_POSITION)
+        outputs.insert(1, NEXT_TOKENS)
     else:
         wrapper = CausalLMWithCache(model)
         args = (input_ids, attention_mask, position_ids, past_kv)
@@ -405,7 +421,7 @@ def export_causal_lm(
         args,
         path,
         input_names=[*names, *spec.past_names],
-        output_names=["logits", *spec.present_names],
+        output_names=outputs,
         dynamic_shapes=dynamic_shapes,
         external_data=external_data,
         opset_version=opset_version,

@@ -185,7 +185,9 @@ def test_static_graph_inputs_outputs(exported_static) -> None:
     sess = cpu_session(path)
     ins = {i.name: i for i in sess.get_inputs()}
     assert list(ins) == ["input_ids", "attention_mask", "position_ids", "cache_position", *spec.past_names]
-    assert [o.name for o in sess.get_outputs()] == ["logits", *spec.present_names]
+    outs = {o.name: o for o in sess.get_outputs()}
+    assert list(outs) == ["logits", "next_tokens", *spec.present_names]
+    assert outs["next_tokens"].type == "tensor(int64)" and len(outs["next_tokens"].shape) == 2
     assert len(ins["cache_position"].shape) == 1 and ins["cache_position"].type == "tensor(int64)"
 
 
@@ -221,7 +223,10 @@ def test_static_step_matches_growing_cache(
     assert got[0].shape == (batch, 1, 128)  # the last position's logits only
     np.testing.assert_allclose(got[0], want[0][:, -1:].numpy(), atol=2e-3, rtol=2e-3)
     np.testing.assert_allclose(torch_static[0].numpy(), want[0][:, -1:].numpy(), atol=1e-4, rtol=1e-4)
-    for present, grown, buf in zip(got[1:], want[1:], buffers, strict=True):
+    # next_tokens: the greedy choice of the graph's own logits, in the graph and in torch
+    np.testing.assert_array_equal(got[1], got[0].argmax(axis=-1))
+    np.testing.assert_array_equal(torch_static[1].numpy(), torch_static[0].argmax(dim=-1).numpy())
+    for present, grown, buf in zip(got[2:], want[1:], buffers, strict=True):
         assert present.shape == buf.shape
         np.testing.assert_allclose(present[:, :, : past + seq], grown.numpy(), atol=2e-3, rtol=2e-3)
         np.testing.assert_array_equal(present[:, :, past + seq :], buf[:, :, past + seq :])
@@ -251,6 +256,30 @@ def test_static_generate_matches_transformers(exported_static) -> None:
     assert free.shape == (3, 12)
     assert pyquant.ort.generate(sess, ids.numpy(), 1).shape == (3, 1)
     assert pyquant.ort.generate(sess, ids.numpy(), 0).shape == (3, 0)
+
+
+def test_static_generate_without_next_tokens(exported_static, tmp_path) -> None:
+    """A static graph without the next_tokens output (as exported before it existed) still
+    generates, from its logits on the host: the same tokens as the graph that outputs them."""
+    import onnx
+
+    import pyquant.ort
+
+    _, path = exported_static
+    proto = onnx.load(str(path))
+    kept = [o for o in proto.graph.output if o.name != "next_tokens"]
+    del proto.graph.output[:]
+    proto.graph.output.extend(kept)
+    old = tmp_path / "old.onnx"
+    onnx.save(proto, str(old))
+    old_sess = cpu_session(old)
+    assert "next_tokens" not in [o.name for o in old_sess.get_outputs()]
+    ids = np.random.default_rng(3).integers(0, 128, (2, 5))
+    mask = np.ones_like(ids)
+    mask[0, :2] = 0
+    want = pyquant.ort.generate(cpu_session(path), ids, 9, attention_mask=mask, eos_token_id=2)
+    got = pyquant.ort.generate(old_sess, ids, 9, attention_mask=mask, eos_token_id=2)
+    np.testing.assert_array_equal(got, want)
 
 
 def test_static_generate_errors(exported, exported_static) -> None:

@@ -11,10 +11,10 @@ lm_head and the embedding stay float16), exports it in float16 with pyquant.expo
 times greedy generation through pyquant.ort.generate(device="cuda") (the cache stays on the GPU;
 growing cache: each step binds the inputs, runs, copies the last position's logits to the host and
 takes the argmax there, as a Python serving loop does; static caches: the graph's own argmax
-output, ``next_tokens``, feeds the next step on the device and only the tokens come back). Reported per batch size: the prompt step (prefill of
---prompt tokens) and the mean time per decoded token, from generate(1) and generate(1 + --tokens)
-(median of --repeats), plus torch fp16 eager (transformers' generate with its DynamicCache) as a
-reference.
+output, ``next_tokens``, feeds the next step on the device and only the tokens come back).
+Reported per batch size: the prompt step (prefill of --prompt tokens) and the mean time per
+decoded token, from generate(1) and generate(1 + --tokens) (median of --repeats), plus torch fp16
+eager (transformers' generate with its DynamicCache) as a reference.
 
 --cache picks the exported cache (pyquant/generation.py): ``growing`` (the past grows every step,
 so decode steps cannot be CUDA-graph captured and ORT's per-node launch cost is part of every

@@ -28,7 +28,15 @@ from onnxscript.values import Op
 from pyquant import torch_ops  # noqa: F401  (registers torch.ops.pyquant.*)
 from pyquant.export_patterns import fusable_rms_norms
 from pyquant.modules import Fp8Linear, Int4Linear, QuantizedLinear
-from pyquant.ops_spec import DOMAIN, FP8_OP, INT4_ATTRIBUTES, INT4_OP, INT4_REQUIRED_ATTRIBUTES, OPSET_VERSION
+from pyquant.ops_spec import (
+    DOMAIN,
+    FP8_OP,
+    INT4_ATTRIBUTES,
+    INT4_OP,
+    INT4_REQUIRED_ATTRIBUTES,
+    KV_CACHE_WRITE_OP,
+    OPSET_VERSION,
+)
 
 __all__ = ["export", "ExportError", "ExportReport", "verify_onnx_model", "custom_translation_table"]
 
@@ -86,9 +94,18 @@ _FP8_SCHEMA = OpSchema(
     type_constraints=[("T", _T, "activation type")],
     attributes=[_attr("block_size", False), _attr("weight_only", False)],
 )
+_KV_CACHE_WRITE_SCHEMA = OpSchema(
+    KV_CACHE_WRITE_OP,
+    DOMAIN,
+    OPSET_VERSION,
+    inputs=[_FP("past", "T"), _FP("new", "T"), _FP("cache_position", "tensor(int64)")],
+    outputs=[_FP("present", "T")],
+    type_constraints=[("T", _T, "cache type")],
+)
 _PQ = onnxscript.values.Opset(DOMAIN, OPSET_VERSION)
 _MatMulInt4 = Op(_PQ, INT4_OP, _INT4_SCHEMA)
 _LinearFp8 = Op(_PQ, FP8_OP, _FP8_SCHEMA)
+_KVCacheWrite = Op(_PQ, KV_CACHE_WRITE_OP, _KV_CACHE_WRITE_SCHEMA)
 
 
 def _matmul_int4_onnx(  # noqa: ANN202
@@ -121,11 +138,16 @@ def _linear_fp8_onnx(  # noqa: ANN202
     return _LinearFp8(x, w, w_scale, x_scale, bias, block_size=block_size, **extra)
 
 
+def _kv_cache_write_onnx(past, new, cache_position):  # noqa: ANN001, ANN202
+    return _KVCacheWrite(past, new, cache_position)
+
+
 def custom_translation_table() -> dict[Any, Any]:
     """For ``torch.onnx.export(..., custom_translation_table=...)`` if you call it yourself."""
     return {
         torch.ops.pyquant.matmul_int4.default: _matmul_int4_onnx,
         torch.ops.pyquant.linear_fp8.default: _linear_fp8_onnx,
+        torch.ops.pyquant.kv_cache_write.default: _kv_cache_write_onnx,
     }
 
 
@@ -186,6 +208,7 @@ def export(
     external_data: bool | None = None,
     opset_version: int | None = None,
     allow_float_fallback: bool = False,
+    metadata: Mapping[str, str] | None = None,
 ) -> ExportReport:
     """Export ``model`` (quantized with pyquant.quantize) to ONNX at ``path`` and verify the graph.
 
@@ -196,6 +219,7 @@ def export(
     max_seq_len: upper bound of the "seq" dim (default: the model's config.max_position_embeddings, if any).
     external_data: None -> weights go to ``<path>.data`` only when the model is over 2 GB.
     allow_float_fallback: skip the check that every quantized layer became a pyquant node (don't).
+    metadata: written to the file's metadata_props (ORT: session.get_modelmeta().custom_metadata_map).
     """
     path = Path(path)
     if not isinstance(model, nn.Module):
@@ -235,6 +259,7 @@ def export(
             verbose=False,
         )
     ir_model = program.model
+    ir_model.metadata_props.update(metadata or {})
     counts, packed, total = verify_ir_model(
         ir_model, expected, layers, allow_float_fallback=allow_float_fallback
     )

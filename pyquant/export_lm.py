@@ -49,7 +49,7 @@ import torch
 from torch import nn
 
 from pyquant.export import ExportReport, export
-from pyquant.generation import NEXT_TOKENS
+from pyquant.generation import IN_PLACE_CACHE_KEY, IN_PLACE_CACHE_VALUE, NEXT_TOKENS
 
 __all__ = ["CacheSpec", "CausalLMWithCache", "CausalLMWithStaticCache", "cache_spec", "export_causal_lm"]
 
@@ -179,10 +179,12 @@ class CausalLMWithStaticCache(nn.Module):
     25 ms of the 38 ms prompt step of 8 x 128 tokens on an H100 (vocabulary 32,000, float16; CUPTI
     profile in bench/results/2026-11-27-h100-s34-llama8b4l-kernels-cuda-ep-decode.json).
 
-    Why not ONNX ScatterND for the write: ORT's CUDA ScatterND kernel took 0.56 ms per cache
-    tensor and run at batch 8 (averaged over a 128-token prompt step and 4 decode steps); the
-    write here is a Gather of this step's keys at each slot's source row and a Where, elementwise
-    over the buffer (``_slot_sources``).
+    Why the write is a pyquant op (``KVCacheWrite``, ort_ops/ops/kv_cache_write.h): in plain ONNX
+    (ScatterND, or the Gather + Where of session 34) every step reads and writes each layer's
+    whole buffer into a second one: ~4x the bytes attention reads, growing with L. ORT's CUDA
+    ScatterND also took 0.56 ms per cache tensor and run at batch 8. The op writes only the step's
+    slots when its output is bound to its input's buffer, which ``pyquant.ort.generate`` does (one
+    buffer set instead of two), and copies the buffer first otherwise.
 
     Why ``next_tokens``: greedy decoding on the host read the logits back every step and took
     their argmax there; numpy's float16 argmax over [8, 32000] alone took ~1.7 ms on this
@@ -218,7 +220,7 @@ class CausalLMWithStaticCache(nn.Module):
         mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill(
             ~visible, torch.finfo(dtype).min
         )
-        cache = _SlotWriteCache(pairs, *_slot_sources(cache_position, past_key_values[0].shape[2]))
+        cache = _SlotWriteCache(pairs, cache_position)
         cache_arg = _cache_argument(self.lm)
         with _grouped_attention(self.lm.config):
             out = self.lm(
@@ -293,40 +295,23 @@ def _grouped_attention(config: Any) -> Iterator[None]:
         config._attn_implementation = before
 
 
-def _slot_sources(cache_position: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """For each of the ``length`` slots: whether this step writes it ([length] bool) and which of
-    the step's ``s`` tokens it takes ([length] int64, 0 where not written).
-
-    Computed with float ops (a [length, s] 0/1 match matrix, its row sums and its product with
-    0..s-1, exact below 2^24) so that every node has a CUDA kernel in ORT."""
-    steps = cache_position.shape[0]
-    slots = torch.arange(length, device=cache_position.device)
-    hits = (slots[:, None] == cache_position[None, :]).to(torch.float32)
-    written = hits.sum(dim=1) > 0
-    source = (hits @ torch.arange(steps, dtype=torch.float32, device=hits.device)).to(torch.int64)
-    return written, source
-
-
 def _slot_write_cache_class() -> type:
     from transformers import DynamicCache
 
     class SlotWriteCache(DynamicCache):
         """A cache whose layers are fixed-length buffers: ``update`` writes the new keys / values at
-        ``cache_position`` (out of place, so the graph has the buffers as inputs and the written
-        copies as outputs) and returns the whole buffers for attention."""
+        ``cache_position`` with ``pyquant::kv_cache_write`` (one ``pyquant::KVCacheWrite`` node per
+        buffer in the graph, whose output is the written buffer) and returns the whole buffers for
+        attention."""
 
-        def __init__(
-            self, pairs: list[tuple[torch.Tensor, torch.Tensor]], written: torch.Tensor, source: torch.Tensor
-        ):
+        def __init__(self, pairs: list[tuple[torch.Tensor, torch.Tensor]], cache_position: torch.Tensor):
             super().__init__()
             self.buffers = pairs
-            self.slot_written = written[:, None]  # [L, 1]: broadcasts over [b, kv_heads, L, head_dim]
-            self.slot_source = source
+            self.cache_position = cache_position
             self.written: list[tuple[torch.Tensor, torch.Tensor]] = list(pairs)
 
         def _write(self, past: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-            gathered = new.to(past.dtype).index_select(2, self.slot_source)  # [b, kv_heads, L, head_dim]
-            return torch.where(self.slot_written, gathered, past)
+            return torch.ops.pyquant.kv_cache_write(past, new.to(past.dtype), self.cache_position)
 
         def update(self, key_states, value_states, layer_idx, *args, **kwargs):  # noqa: ANN001, ANN201
             past_key, past_value = self.buffers[layer_idx]
@@ -340,10 +325,8 @@ def _slot_write_cache_class() -> type:
     return SlotWriteCache
 
 
-def _SlotWriteCache(  # noqa: N802
-    pairs: list[tuple[torch.Tensor, torch.Tensor]], written: torch.Tensor, source: torch.Tensor
-) -> Any:
-    return _slot_write_cache_class()(pairs, written, source)
+def _SlotWriteCache(pairs: list[tuple[torch.Tensor, torch.Tensor]], cache_position: torch.Tensor) -> Any:  # noqa: N802
+    return _slot_write_cache_class()(pairs, cache_position)
 
 
 def _dynamic_cache(pairs: list[tuple[torch.Tensor, torch.Tensor]], config: Any) -> Any:
@@ -422,6 +405,7 @@ def export_causal_lm(
         path,
         input_names=[*names, *spec.past_names],
         output_names=outputs,
+        metadata={IN_PLACE_CACHE_KEY: IN_PLACE_CACHE_VALUE} if static_cache else None,
         dynamic_shapes=dynamic_shapes,
         external_data=external_data,
         opset_version=opset_version,

@@ -33,6 +33,10 @@ _NUMPY_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "te
 PAST_PREFIX = "past_key_values."
 # The static-cache graph's output of greedy tokens (pyquant/export_lm.py); read by generate.
 NEXT_TOKENS = "next_tokens"
+# Model metadata of a static-cache graph whose cache writes (pyquant::KVCacheWrite) may run in
+# place: generate then binds one buffer per layer as both past and present.
+IN_PLACE_CACHE_KEY = "pyquant.kv_cache_write"
+IN_PLACE_CACHE_VALUE = "in_place"
 
 
 @dataclass
@@ -46,6 +50,7 @@ class _Graph:
     logits_dtype: np.dtype
     static: bool
     next_tokens: bool  # the graph outputs its greedy tokens (static-cache graphs since session 35)
+    in_place_cache: bool  # past and present may share one buffer (IN_PLACE_CACHE_KEY)
 
 
 def uses_cuda_graph(session: ort.InferenceSession) -> bool:
@@ -78,7 +83,10 @@ def _inspect(session: ort.InferenceSession) -> _Graph:
     static = "cache_position" in {i.name for i in inputs}
     logits_dtype = np.dtype(_NUMPY_DTYPES.get(out_meta[0].type, np.float32))
     next_tokens = static and NEXT_TOKENS in outputs
-    return _Graph(outputs, cache, present_of, out_meta[0].shape[-1], logits_dtype, static, next_tokens)
+    meta = session.get_modelmeta().custom_metadata_map
+    in_place = static and meta.get(IN_PLACE_CACHE_KEY) == IN_PLACE_CACHE_VALUE
+    vocab = out_meta[0].shape[-1]
+    return _Graph(outputs, cache, present_of, vocab, logits_dtype, static, next_tokens, in_place)
 
 
 def generate(
@@ -97,12 +105,13 @@ def generate(
     ``attention_mask`` 0 on the padding (default: all ones). The prompt runs as one step, then one
     token per sequence per step against the cache. ``device`` ("cpu" or "cuda") is where the cache
     lives between steps (IOBinding: with "cuda" it never leaves the GPU; only the logits come back,
-    one position per row at decode steps, or with a static cache only the chosen tokens). With a static-cache graph, ``cache_length`` is the
-    buffers' length (default prompt + max_new_tokens) and, on a session with CUDA graphs enabled,
-    decode steps replay CUDA graphs (module docstring). Returns the new tokens [batch, n],
-    n <= max_new_tokens: fewer when every row has produced ``eos_token_id`` (rows that finished
-    early repeat it). ValueError for inputs it cannot take (shapes, ids outside the vocabulary,
-    right padding, a graph without the cache, device "cuda" without the CUDA EP, a cache too short)."""
+    one position per row at decode steps, or with a static cache only the chosen tokens). With a
+    static-cache graph, ``cache_length`` is the buffers' length (default prompt + max_new_tokens)
+    and, on a session with CUDA graphs enabled, decode steps replay CUDA graphs (module docstring).
+    Returns the new tokens [batch, n], n <= max_new_tokens: fewer when every row has produced
+    ``eos_token_id`` (rows that finished early repeat it). ValueError for inputs it cannot take
+    (shapes, ids outside the vocabulary, right padding, a graph without the cache, device "cuda"
+    without the CUDA EP, a cache too short)."""
     ids = np.asarray(input_ids)
     if ids.ndim != 2 or ids.shape[1] == 0 or not np.issubdtype(ids.dtype, np.integer):
         raise ValueError(
@@ -246,10 +255,13 @@ class _StaticState:
         def on_device(array: np.ndarray) -> ort.OrtValue:
             return ort.OrtValue.ortvalue_from_numpy(np.array(array, order="C"), device, 0)
 
-        # zeros, not uninitialised memory: a hidden slot weighs 0, but 0 x NaN would still be NaN
+        # zeros, not uninitialised memory: a hidden slot weighs 0, but 0 x NaN would still be NaN.
+        # One set bound as both past and present where the graph writes its cache in place
+        # (pyquant::KVCacheWrite: only the step's slots are written); else two, read one, write
+        # the other (a graph that copies its whole past into present every step).
         self.buffers = [
             {n: on_device(np.zeros((batch, h, length, d), dt)) for n, (h, d, dt) in graph.past.items()}
-            for _ in range(2)
+            for _ in range(1 if graph.in_place_cache else 2)
         ]
         self.mask = on_device(np.zeros((batch, length), np.int64))
         # With a next_tokens output, decode steps alternate between two token buffers as between
@@ -300,10 +312,13 @@ class _StaticState:
         return greedy.step(logits.numpy()[:, -1, :])
 
     def bind_cache(self, binding: ort.IOBinding, read: int) -> None:
+        """Binds the mask, past = buffer set ``read`` and present = the other set (the same one when
+        there is one)."""
         binding.bind_ortvalue_input("attention_mask", self.mask)
-        for name, value in self.buffers[read].items():
+        sets = len(self.buffers)
+        for name, value in self.buffers[read % sets].items():
             binding.bind_ortvalue_input(name, value)
-            binding.bind_ortvalue_output(self.present_of[name], self.buffers[1 - read][name])
+            binding.bind_ortvalue_output(self.present_of[name], self.buffers[(1 - read) % sets][name])
 
 
 @dataclass

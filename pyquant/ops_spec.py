@@ -6,6 +6,9 @@ DOMAIN = "pyquant"
 OPSET_VERSION = 1
 INT4_OP = "MatMulInt4"
 FP8_OP = "LinearFp8"
+# Writes one step's keys / values into a static KV cache at given slots, in place when its output is
+# its input's buffer (docs/ops.md, "KVCacheWrite"; pyquant/export_lm.py).
+KV_CACHE_WRITE_OP = "KVCacheWrite"
 
 # |y - y_ref| <= ERROR_ATOL[op][T] * sum_k |x_k w_k| + ulp_T(y_ref); declared once per op, here
 # and in docs/ops.md. FP8 float32 is looser: Hopper's FP8 tensor cores accumulate in reduced precision.

@@ -2,8 +2,8 @@
 
 ORT learns our output shapes from the library itself (InferOutputShapeFn). The `onnx` package
 cannot load that, so ``infer_shapes`` runs ``onnx.shape_inference`` and fills in our nodes'
-outputs (type of X, X's dims with the last replaced by N), repeating until nothing changes so that
-shapes flow through chains of our nodes.
+outputs (type of X, X's dims with the last replaced by N; KVCacheWrite: its past's type and
+shape), repeating until nothing changes so that shapes flow through chains of our nodes.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto, helper
 
-from pyquant.ops_spec import DOMAIN, FP8_OP, INT4_OP
+from pyquant.ops_spec import DOMAIN, FP8_OP, INT4_OP, KV_CACHE_WRITE_OP
 
 
 def _known(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
@@ -49,17 +49,18 @@ def infer_shapes(model: onnx.ModelProto, max_rounds: int = 1000) -> onnx.ModelPr
         known = _known(model)
         added = False
         for node in model.graph.node:
-            if node.domain != DOMAIN or node.op_type not in (INT4_OP, FP8_OP) or not node.output:
+            if node.domain != DOMAIN or node.op_type not in (INT4_OP, FP8_OP, KV_CACHE_WRITE_OP):
+                continue
+            if not node.output:
                 continue
             y = node.output[0]
             x = known.get(node.input[0])
             if y in known or x is None:
                 continue
-            n = _output_n(node, known)
             dims = list(x.tensor_type.shape.dim)
             shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in dims]
-            if shape:
-                shape[-1] = n
+            if shape and node.op_type != KV_CACHE_WRITE_OP:
+                shape[-1] = _output_n(node, known)
             info = helper.make_tensor_value_info(y, x.tensor_type.elem_type, shape)
             outputs = [o for o in model.graph.output if o.name == y]
             if outputs:

@@ -11,6 +11,9 @@
   ``pyquant.export`` translates 1:1 into a ``pyquant`` domain ONNX node. Because the unpacking
   happens *inside* the op, there is nothing for the exporter to constant-fold into float weights.
 
+``pyquant::kv_cache_write`` is ``pyquant::KVCacheWrite``'s reference (a static KV cache's write of
+one step's keys / values at given slots; pyquant/export_lm.py).
+
 The fake (meta) implementations only compute output shapes, for torch.export / torch.compile.
 """
 
@@ -28,6 +31,7 @@ __all__ = [
     "quantize_activations_int8",
     "matmul_int4",
     "linear_fp8",
+    "kv_cache_write",
 ]
 
 ACTIVATION_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -243,3 +247,22 @@ def linear_fp8(
 @linear_fp8.register_fake
 def _(x, w, w_scale, x_scale, bias, block_size, weight_only=False):
     return x.new_empty((*x.shape[:-1], w.shape[0]))
+
+
+@torch.library.custom_op("pyquant::kv_cache_write", mutates_args=())
+def kv_cache_write(past: torch.Tensor, new: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
+    """Reference of ``pyquant::KVCacheWrite``: ``past`` [batch, heads, L, head_dim] with
+    ``new`` [batch, heads, S, head_dim] written at slots ``cache_position`` [S] (int64, distinct, in
+    [0, L)) along dim 2. Out of place here; the ORT op writes in place when its output buffer is
+    its input's."""
+    if past.dim() != 4 or new.dim() != 4 or cache_position.dim() != 1:
+        raise ValueError(
+            f"kv_cache_write: past / new must be 4-D and cache_position 1-D, got {tuple(past.shape)}, "
+            f"{tuple(new.shape)}, {tuple(cache_position.shape)}"
+        )
+    return past.index_copy(2, cache_position, new.to(past.dtype))
+
+
+@kv_cache_write.register_fake
+def _(past, new, cache_position):
+    return torch.empty_like(past)

@@ -258,28 +258,39 @@ def test_static_generate_matches_transformers(exported_static) -> None:
     assert pyquant.ort.generate(sess, ids.numpy(), 0).shape == (3, 0)
 
 
-def test_static_generate_without_next_tokens(exported_static, tmp_path) -> None:
-    """A static graph without the next_tokens output (as exported before it existed) still
-    generates, from its logits on the host: the same tokens as the graph that outputs them."""
+def test_static_generate_without_next_tokens_or_in_place_cache(exported_static, tmp_path) -> None:
+    """A static graph without the next_tokens output and without the in-place cache metadata (as
+    exported before session 35) still generates: greedy tokens from its logits on the host, two
+    cache buffer sets in turn. The same tokens as the graph that has both, which binds one buffer
+    set as past and present (KVCacheWrite in place)."""
     import onnx
 
     import pyquant.ort
+    from pyquant.generation import _PER_SESSION, IN_PLACE_CACHE_KEY
 
     _, path = exported_static
     proto = onnx.load(str(path))
+    assert {p.key: p.value for p in proto.metadata_props}.get(IN_PLACE_CACHE_KEY) == "in_place"
     kept = [o for o in proto.graph.output if o.name != "next_tokens"]
     del proto.graph.output[:]
     proto.graph.output.extend(kept)
+    del proto.metadata_props[:]
     old = tmp_path / "old.onnx"
     onnx.save(proto, str(old))
-    old_sess = cpu_session(old)
+    old_sess, new_sess = cpu_session(old), cpu_session(path)
     assert "next_tokens" not in [o.name for o in old_sess.get_outputs()]
     ids = np.random.default_rng(3).integers(0, 128, (2, 5))
     mask = np.ones_like(ids)
     mask[0, :2] = 0
-    want = pyquant.ort.generate(cpu_session(path), ids, 9, attention_mask=mask, eos_token_id=2)
+    want = pyquant.ort.generate(new_sess, ids, 9, attention_mask=mask, eos_token_id=2)
     got = pyquant.ort.generate(old_sess, ids, 9, attention_mask=mask, eos_token_id=2)
     np.testing.assert_array_equal(got, want)
+    assert len(_PER_SESSION[new_sess].state.buffers) == 1
+    assert len(_PER_SESSION[old_sess].state.buffers) == 2
+    # a second call on the in-place buffers (slots of the first call still in them, masked)
+    np.testing.assert_array_equal(
+        pyquant.ort.generate(new_sess, ids, 9, attention_mask=mask, eos_token_id=2), want
+    )
 
 
 def test_static_generate_errors(exported, exported_static) -> None:

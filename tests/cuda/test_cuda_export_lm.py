@@ -4,7 +4,8 @@ quantized model in torch (float32, CPU) at prefill and decode shapes, and greedy
 cache kept on the GPU (pyquant.ort.generate(device="cuda")) giving the same tokens as with the
 cache copied through the host; the static cache (export_causal_lm(static_cache=True)) with its
 decode steps replayed as CUDA graphs giving the same tokens as without graphs and as the growing
-cache, call after call."""
+cache, call after call, with its cache written in place (KVCacheWrite) and its greedy tokens
+chosen on the device (next_tokens)."""
 
 from __future__ import annotations
 
@@ -110,6 +111,10 @@ def test_cuda_static_cache_graph_replay(lm16) -> None:
                 graph_sess, ids, 16, attention_mask=mask, device="cuda", cache_length=32
             )
             np.testing.assert_array_equal(got, plain)
+        # the in-place cache (KVCacheWrite on CUDA): one buffer set bound as past and present
+        from pyquant.generation import _PER_SESSION
+
+        assert len(_PER_SESSION[graph_sess].state.buffers) == 1
         # a shorter call replays the same graphs (same cache length) and stops early
         np.testing.assert_array_equal(
             pyquant.ort.generate(graph_sess, ids, 5, attention_mask=mask, device="cuda", cache_length=32),

@@ -34,7 +34,8 @@ def test_cpu_smoke(tmp_path) -> None:
     rows = {(x["method"], x["batch"], x["cache"]): x for x in o["results"]}
     methods = ("ort_float32", "ort_int4-b128", "ort_fp8-wo")
     assert set(rows) == {(m, b, c) for m in methods for b in (1, 2) for c in ("growing", "static")}
-    assert rows[("ort_int4-b128", 1, "static")]["op_counts"] == {"MatMulInt4": 14}
+    # 2 layers: 7 linears each, and each layer's key and value buffers written by KVCacheWrite
+    assert rows[("ort_int4-b128", 1, "static")]["op_counts"] == {"MatMulInt4": 14, "KVCacheWrite": 4}
     for m in methods:
         for b in (1, 2):
             assert rows[(m, b, "static")]["tokens"] == rows[(m, b, "growing")]["tokens"]

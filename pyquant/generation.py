@@ -5,10 +5,12 @@ Two cache contracts (pyquant/export_lm.py):
 * growing cache (the default export): every step feeds the past keys / values and gets them back
   one token longer. Shapes change every step.
 * static cache (``export_causal_lm(..., static_cache=True)``): fixed-length buffers written at
-  ``cache_position``. ``generate`` allocates two sets of buffers on the device and ping-pongs
-  between them (a step reads one and writes the other), so every decode step binds the same
-  addresses and shapes. On a session whose CUDA provider has ``enable_cuda_graph=1``, the decode
-  steps are then captured once as two CUDA graphs (one per buffer parity) and replayed: a step
+  ``cache_position`` by pyquant's KVCacheWrite. ``generate`` allocates one set of buffers on the
+  device and binds each as both past and present, so the op writes only the step's slots in place
+  (files exported before session 35, without the ``pyquant.kv_cache_write`` metadata: two sets, a
+  step reading one and writing the other), and every decode step binds the same addresses and
+  shapes. On a session whose CUDA provider has ``enable_cuda_graph=1``, the decode steps are then
+  captured once as two CUDA graphs (one per step parity) and replayed: a step
   costs the GPU's time, not ORT's ~5 us of host time per node. The prompt runs outside the graphs
   (``gpu_graph_id = -1``). The graph's ``next_tokens`` output (the greedy tokens) is bound to the
   next step's ``input_ids`` buffer, so the logits stay on the device and only [batch, 1] tokens
@@ -231,13 +233,14 @@ def _generate_growing(
 
 
 class _StaticState:
-    """A static-cache generation's device values for one (batch, cache length): two buffer sets
-    (A, B; a step reads one and writes the other), the decode step's inputs and logits, and one
-    IOBinding per buffer parity that binds the same values every step (their contents change in
-    place), so that each parity's decode step can be captured once as a CUDA graph and replayed by
-    every later call with the same shapes. The buffers start as zeros; later calls find the
-    previous call's values in slots they have not written yet, which the mask hides (a hidden
-    slot's attention weight is exactly 0)."""
+    """A static-cache generation's device values for one (batch, cache length): the cache buffers
+    (one set bound as past and present where the graph writes in place, else two, A and B, a step
+    reading one and writing the other), the decode step's inputs (two token buffers in turn where
+    the graph outputs next_tokens) and logits, and one IOBinding per step parity that binds the same
+    values every step (their contents change in place), so that each parity's decode step can be
+    captured once as a CUDA graph and replayed by every later call with the same shapes. The
+    buffers start as zeros; later calls find the previous call's values in slots they have not
+    written yet, which the mask hides (a hidden slot's attention weight is exactly 0)."""
 
     def __init__(
         self,

@@ -15,6 +15,9 @@ namespace pyquant {
 // [0, length) is not written (the kernel cannot report it without a host sync, which a CUDA graph
 // forbids; the CPU op raises). Two entries naming one slot race (the CPU op raises).
 // Capturable in a CUDA graph (no host sync, no allocation).
+// Grid: x = entries per row (up to 2^31 - 1: a prompt step's tokens), y = rows = batch * heads, at
+// most kKvCacheWriteMaxRows (the op struct checks it).
+constexpr int64_t kKvCacheWriteMaxRows = 65535;
 cudaError_t LaunchKvCacheWrite(const KvCacheWriteProblem& p, cudaStream_t stream);
 
 }  // namespace pyquant

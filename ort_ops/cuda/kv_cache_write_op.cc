@@ -17,6 +17,10 @@ class KvCacheWriteCuda final : public Kernel {
 
   void Compute(OrtKernelContext* ctx) override {
     const KvCacheWriteProblem p = BindKvCacheWrite(ctx, type_);
+    if (p.rows > kKvCacheWriteMaxRows) {
+      throw OpError("batch * heads = " + std::to_string(p.rows) + " exceeds the CUDA kernel's " +
+                    std::to_string(kKvCacheWriteMaxRows) + " (its grid's y dimension)");
+    }
     ThrowOnCudaError(LaunchKvCacheWrite(p, ComputeStream(ctx)), "KVCacheWrite");
   }
 

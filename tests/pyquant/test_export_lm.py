@@ -189,6 +189,13 @@ def test_static_graph_inputs_outputs(exported_static) -> None:
     assert list(outs) == ["logits", "next_tokens", *spec.present_names]
     assert outs["next_tokens"].type == "tensor(int64)" and len(outs["next_tokens"].shape) == 2
     assert len(ins["cache_position"].shape) == 1 and ins["cache_position"].type == "tensor(int64)"
+    # every key / value buffer written by one KVCacheWrite node, whose output is the present
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    writes = [n for n in graph.node if n.domain == "pyquant" and n.op_type == "KVCacheWrite"]
+    assert sorted(n.output[0] for n in writes) == sorted(spec.present_names)
+    assert not [n for n in graph.node if n.op_type in ("ScatterND", "ScatterElements")]
 
 
 @pytest.mark.parametrize(("batch", "past", "seq", "spare"), [(2, 4, 3, 2), (1, 0, 5, 0), (3, 9, 1, 6)])

@@ -49,9 +49,11 @@ def infer_shapes(model: onnx.ModelProto, max_rounds: int = 1000) -> onnx.ModelPr
         known = _known(model)
         added = False
         for node in model.graph.node:
-            if node.domain != DOMAIN or node.op_type not in (INT4_OP, FP8_OP, KV_CACHE_WRITE_OP):
-                continue
-            if not node.output:
+            if (
+                node.domain != DOMAIN
+                or node.op_type not in (INT4_OP, FP8_OP, KV_CACHE_WRITE_OP)
+                or not node.output
+            ):
                 continue
             y = node.output[0]
             x = known.get(node.input[0])

@@ -1,6 +1,5 @@
 // KVCacheWrite on the CPU execution provider (ops/kv_cache_write.h, docs/ops.md).
 #include <cstring>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,24 +46,8 @@ class KvCacheWriteCpu final : public Kernel {
   ONNXTensorElementDataType type_;
 };
 
-template <ONNXTensorElementDataType kType>
-std::unique_ptr<Kernel> CreateKvCacheWriteCpu(const OrtKernelInfo*, const std::string&) {
-  return std::make_unique<KvCacheWriteCpu>(kType);
-}
-
-template <ONNXTensorElementDataType kType>
-OpDef KvCacheWriteCpuDef() {
-  OpDef d = KvCacheWriteOpDef(kType, nullptr);
-  d.create = CreateKvCacheWriteCpu<kType>;
-  return d;
-}
-
 }  // namespace
 
-void AppendKvCacheWriteCpuOps(std::vector<OpDef>& defs) {
-  defs.push_back(KvCacheWriteCpuDef<ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT>());
-  defs.push_back(KvCacheWriteCpuDef<ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16>());
-  defs.push_back(KvCacheWriteCpuDef<ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16>());
-}
+void AppendKvCacheWriteCpuOps(std::vector<OpDef>& defs) { AppendKvCacheWriteDefs<KvCacheWriteCpu>(defs, nullptr); }
 
 }  // namespace pyquant

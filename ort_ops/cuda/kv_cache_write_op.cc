@@ -1,5 +1,4 @@
 // KVCacheWrite ORT op struct for the CUDA execution provider: validation (shared), stream, launch.
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,24 +27,10 @@ class KvCacheWriteCuda final : public Kernel {
   ONNXTensorElementDataType type_;
 };
 
-template <ONNXTensorElementDataType kType>
-std::unique_ptr<Kernel> CreateKvCacheWriteCuda(const OrtKernelInfo*, const std::string&) {
-  return std::make_unique<KvCacheWriteCuda>(kType);
-}
-
-template <ONNXTensorElementDataType kType>
-OpDef KvCacheWriteCudaDef() {
-  OpDef d = KvCacheWriteOpDef(kType, kCudaExecutionProvider);
-  d.create = CreateKvCacheWriteCuda<kType>;
-  return d;
-}
-
 }  // namespace
 
 void AppendKvCacheWriteCudaOps(std::vector<OpDef>& defs) {
-  defs.push_back(KvCacheWriteCudaDef<ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT>());
-  defs.push_back(KvCacheWriteCudaDef<ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16>());
-  defs.push_back(KvCacheWriteCudaDef<ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16>());
+  AppendKvCacheWriteDefs<KvCacheWriteCuda>(defs, kCudaExecutionProvider);
 }
 
 }  // namespace pyquant

@@ -11,6 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "common/custom_op.h"
 
@@ -38,5 +41,22 @@ struct KvCacheWriteProblem {
 // output [B, H, L, D]. The slot values are not read here (on CUDA they live on the device).
 KvCacheWriteProblem BindKvCacheWrite(OrtKernelContext* ctx, ONNXTensorElementDataType t);
 OpDef KvCacheWriteOpDef(ONNXTensorElementDataType t, const char* execution_provider);
+
+// Appends the op's definitions for float / float16 / bfloat16 on one execution provider, each
+// creating a KernelT(t): the CPU and CUDA registration tables differ only in KernelT and provider.
+template <class KernelT, ONNXTensorElementDataType kType>
+OpDef KvCacheWriteDefFor(const char* execution_provider) {
+  OpDef d = KvCacheWriteOpDef(kType, execution_provider);
+  d.create = [](const OrtKernelInfo*, const std::string&) -> std::unique_ptr<Kernel> {
+    return std::make_unique<KernelT>(kType);
+  };
+  return d;
+}
+template <class KernelT>
+void AppendKvCacheWriteDefs(std::vector<OpDef>& defs, const char* execution_provider) {
+  defs.push_back(KvCacheWriteDefFor<KernelT, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT>(execution_provider));
+  defs.push_back(KvCacheWriteDefFor<KernelT, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16>(execution_provider));
+  defs.push_back(KvCacheWriteDefFor<KernelT, ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16>(execution_provider));
+}
 
 }  // namespace pyquant

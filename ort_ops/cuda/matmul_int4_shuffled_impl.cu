@@ -309,8 +309,11 @@ __device__ __forceinline__ void DecodeShufPiece(const uint4& q, const ShufRows<T
   }
 }
 
-template <typename T, int kM, int kP, int kTiles, int kThreads, int kU>
-__global__ void __launch_bounds__(kThreads)
+// kMinBlocks: CTAs per SM that the M = 1 kernel must fit by registers (__launch_bounds__; M
+// tokens: kMinBlocks / M, whose sums need the registers). Uncapped, ptxas (nvcc 13.0) gives the
+// M = 1 kernel 167 registers (kTiles = 1) or 255 (kTiles = 2): 3 or 2 CTAs of 128 threads per SM.
+template <typename T, int kM, int kP, int kTiles, int kThreads, int kU, int kMinBlocks = 1>
+__global__ void __launch_bounds__(kThreads, kMinBlocks / kM > 0 ? kMinBlocks / kM : 1)
     int4_shuffled_gemv_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
                               const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
                               bool weights_early) {
@@ -480,14 +483,14 @@ void LaunchShufMma(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, 
                              kS, stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
 }
 
-template <typename T, int kP, int kTiles, int kThreads, int kU>
+template <typename T, int kP, int kTiles, int kThreads, int kU, int kMinBlocks = 1>
 void LaunchShufGemv(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y, const Int4Geom& g,
                     PdlMode pdl, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(g.n / (16 * kTiles) * (8 / kP)));
-  auto kernel = int4_shuffled_gemv_kernel<T, 1, kP, kTiles, kThreads, kU>;
-  if (g.m == 2) kernel = int4_shuffled_gemv_kernel<T, 2, kP, kTiles, kThreads, kU>;
-  if (g.m == 3) kernel = int4_shuffled_gemv_kernel<T, 3, kP, kTiles, kThreads, kU>;
-  if (g.m == 4) kernel = int4_shuffled_gemv_kernel<T, 4, kP, kTiles, kThreads, kU>;
+  auto kernel = int4_shuffled_gemv_kernel<T, 1, kP, kTiles, kThreads, kU, kMinBlocks>;
+  if (g.m == 2) kernel = int4_shuffled_gemv_kernel<T, 2, kP, kTiles, kThreads, kU, kMinBlocks>;
+  if (g.m == 3) kernel = int4_shuffled_gemv_kernel<T, 3, kP, kTiles, kThreads, kU, kMinBlocks>;
+  if (g.m == 4) kernel = int4_shuffled_gemv_kernel<T, 4, kP, kTiles, kThreads, kU, kMinBlocks>;
   (void)LaunchWithPdl(kernel, grid, dim3(kThreads), stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
 }
 
@@ -597,6 +600,13 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
         case 2: LaunchShufGemv<T, 2, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
         case 3: LaunchShufGemv<T, 4, 2, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
         case 4: LaunchShufGemv<T, 8, 2, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
+        case 5: LaunchShufGemv<T, 8, 1, 128, 4, 8>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
+        case 6: LaunchShufGemv<T, 4, 1, 128, 4, 8>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
+        case 7: LaunchShufGemv<T, 4, 2, 128, 4, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
+        case 8: LaunchShufGemv<T, 8, 1, 256, 4, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
+        case 9: LaunchShufGemv<T, 4, 1, 256, 4, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
+        case 10: LaunchShufGemv<T, 8, 1, 512, 4, 2>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
+        case 11: LaunchShufGemv<T, 4, 2, 256, 4, 2>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
         default: LaunchShufGemv<T, 4, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
       }
     } else if (UseShufWide(variant, g.m) && AlignedTo(x, 16) && g.m <= 65535 * 64) {

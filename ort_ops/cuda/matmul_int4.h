@@ -163,13 +163,16 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 //   ShuffleInt4Weights: writes the shuffled order of the row-major codes `src` ([N, row_bytes])
 //     at dst (Int4ShuffledWeightBytes bytes; dst must not overlap src) on `stream`;
 //   LaunchMatMulInt4Shuffled: p.b in the shuffled order, T = __half / __nv_bfloat16, block_size
-//     64 / 128 / 256: the CUDA-core GEMV for M <= kInt4ShuffledGemvDefaultMaxM (16-byte aligned X),
-//     else the mma.sync kernel (4-byte aligned X), else the reference. variant: -1 = default;
+//     64 / 128 / 256: the CUDA-core GEMV where Int4ShuffledGemvDefaultConfig picks it (M <= 4,
+//     16-byte aligned X), else the mma.sync kernel (4-byte aligned X), else the reference.
+//     variant: -1 = default;
 //     0..7 the mma kernel's (NT, warps, U, cluster) configurations; 8, 9 the wide kernel (below);
 //     kInt4ShuffledGemvVariantBase + v the
-//     GEMV's (pieces per CTA tile, tiles, threads, k-tiles per unit) configuration v: 0: (4, 1,
-//     128, 4), 1: (8, 1, 128, 4), 2: (2, 1, 128, 4), 3: (4, 2, 128, 4), 4: (8, 2, 128, 4), up to
-//     M = kInt4ShuffledGemvMaxM.
+//     GEMV's (pieces per CTA tile, tiles, threads, k-tiles per unit[, CTAs per SM at M = 1 by
+//     registers]) configuration v: 0: (4, 1, 128, 4), 1: (8, 1, 128, 4), 2: (2, 1, 128, 4),
+//     3: (4, 2, 128, 4), 4: (8, 2, 128, 4), 5: (8, 1, 128, 4, 8), 6: (4, 1, 128, 4, 8),
+//     7: (4, 2, 128, 4, 4), 8: (8, 1, 256, 4, 4), 9: (4, 1, 256, 4, 4), 10: (8, 1, 512, 4, 2),
+//     11: (4, 2, 256, 4, 2), up to M = kInt4ShuffledGemvMaxM.
 //   LaunchMatMulInt4ShuffledRef: one thread per output through Int4ShuffledCodeAt.
 // The op rewrites B by default only for layers of N * K >= kInt4ShuffleMinWeights (4096 x 8192 and
 // up) with N >= K (Int4ShuffleByDefault): on 4096 x 4096 the row-major small-M kernels stay faster
@@ -183,21 +186,27 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 constexpr int64_t kInt4ShuffleMinWeights = int64_t{1} << 25;
 constexpr bool Int4ShuffleByDefault(int64_t n, int64_t k) { return n * k >= kInt4ShuffleMinWeights && n >= k; }
 constexpr int64_t kInt4ShuffledGemvMaxM = 4;
-// Default: the GEMV's configuration 1 at M = 1 (H100, 4096 x 14336: 11.3 us = 90 % of the floor,
-// against 12.4 for the row-major GEMV), the mma kernel from M = 2 (14.7 against 16.8 for the GEMV).
-constexpr int64_t kInt4ShuffledGemvDefaultMaxM = 1;
-// Its default configuration: 3 (two n16 tiles per CTA, so X's k-tile serves two rows per thread)
-// from K = 8192, else 1. H100 at M = 1, configuration 3 against 1: 8192 x 8192 15.8 against 16.7 us
-// (74 / 70 % of the floor; MatMulNBits 16.1), 14336 x 4096 17.7 against 20.5 (not shuffled by
-// default); 4096 x 14336 15.9 against 11.3 (bench/results/2026-11-24-h100-s11-shufsweep-bench-cuda.md,
-// …-s9-shufvariants2-bench-cuda.md). Tried in session 12 and removed again (code: git show 6fae89c),
-// both slower or even at M = 1-4 on every layer: a cluster K split of 2 / 4 CTAs (8192 x 8192: 18.8
-// with kS = 2 against 16.0; 14336 x 4096: 16.6 at best against 18.2;
-// …-s12-gemvsplit-bench-cuda.md), and warps whose lanes span 4 adjacent tiles so that every load
-// instruction reads 512 contiguous bytes, with K splits of 1-8 (best 16.9 / 16.9 us on those two;
-// …-s12-tile4-bench-cuda.md). So neither the CTA count nor the DRAM contiguity of a warp's loads
-// is what keeps the shuffled GEMV below the row-major one on narrow, long-K layers.
-constexpr int Int4ShuffledGemvDefaultConfig(int64_t k) { return k >= 8192 ? 3 : 1; }
+// The default GEMV configuration for M <= kInt4ShuffledGemvMaxM tokens and N rows on `sms` SMs, or
+// -1 for the mma kernel. The GEMV's grid is N / 16 CTAs (configurations 5, 8, 10: a CTA owns 16
+// rows; 128 / 256 / 512 threads split K inside the CTA). Its registers are capped so that
+// 8 / 4 / 2 CTAs of M = 1 fit an SM (64 registers; M tokens: that count / M), and the rule takes
+// the most threads per CTA whose grid still fits one wave: every SM then holds ~32 warps of
+// loads in flight. Measured on an H100 (bench/results/2026-11-27-h100-s36-shufregs-bench-cuda.md,
+// same run, us at M = 1): 4096 x 14336 (896 CTAs) 12.8 with 128 threads against 15.7 for the
+// uncapped configuration 1 of sessions 9-35 (ptxas now gives it 167 registers: 3 CTAs per SM);
+// 8192^2 (512) 14.0 with 256 threads against 19.4; 14336 x 4096 (256) 12.9 with 512 threads
+// against 12.7 row-major and 16.7 uncapped; 4096^2 (256) 4.5 against 5.1 row-major. At M = 2-4
+// the same rule keeps the GEMV only where its grid fits (8192^2 at M = 2: 16.1 against the mma
+// kernel's 18.3; 14336 x 4096 at M = 2 / 4: 15.0 / 22.5 against 26.4 / 26.3), and 4096 x 14336
+// goes to the mma kernel from M = 2 (14.7 against 15.8).
+constexpr int Int4ShuffledGemvDefaultConfig(int64_t n, int64_t m, int sms) {
+  const int64_t ctas = n / 16;
+  const int64_t per_sm_512 = 2 / m, per_sm_256 = 4 / m, per_sm_128 = 8 / m;
+  if (per_sm_512 > 0 && ctas <= sms * per_sm_512) return 10;
+  if (per_sm_256 > 0 && ctas <= sms * per_sm_256) return 8;
+  if (per_sm_128 > 0 && ctas <= sms * per_sm_128) return 5;
+  return m == 1 ? 5 : -1;
+}
 constexpr int kInt4ShuffledGemvVariantBase = 10;
 // Variants kInt4ShuffledWideVariantBase + v: the wide shared-memory mma kernel
 // (matmul_int4_shuffled_wide_impl.cu; v = 0: automatic tile and K split, 1: 128-row CTAs). By

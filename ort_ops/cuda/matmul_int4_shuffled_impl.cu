@@ -592,10 +592,14 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
     const T* bias = static_cast<const T*>(p.bias);
     T* y = static_cast<T*>(p.y);
     const bool variant_is_gemv = variant >= kInt4ShuffledGemvVariantBase;
-    if (AlignedTo(x, 16) && p.m <= kInt4ShuffledGemvMaxM && (variant < 0 || variant_is_gemv) &&
-        (variant_is_gemv || p.m <= kInt4ShuffledGemvDefaultMaxM)) {
-      // (kP, kTiles, threads, kU) per variant: the comment above kInt4ShuffledGemvVariantBase.
-      switch (variant < 0 ? Int4ShuffledGemvDefaultConfig(g.k) : variant - kInt4ShuffledGemvVariantBase) {
+    const int gemv_config = variant_is_gemv ? variant - kInt4ShuffledGemvVariantBase
+                            : variant < 0 && p.m <= kInt4ShuffledGemvMaxM
+                                ? Int4ShuffledGemvDefaultConfig(g.n, p.m, CurrentSmCount())
+                                : -1;
+    if (AlignedTo(x, 16) && p.m <= kInt4ShuffledGemvMaxM && gemv_config >= 0) {
+      // (kP, kTiles, threads, kU[, min CTAs]) per configuration: the comment above
+      // kInt4ShuffledGemvVariantBase.
+      switch (gemv_config) {
         case 1: LaunchShufGemv<T, 8, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
         case 2: LaunchShufGemv<T, 2, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
         case 3: LaunchShufGemv<T, 4, 2, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;

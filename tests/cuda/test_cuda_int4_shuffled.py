@@ -131,9 +131,9 @@ def test_int4_shuffled_gemv_variants(rng, variant, dtype, symmetric):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_int4_shuffled_gemv_default_long_k(rng, dtype, symmetric):
-    """The default GEMV configuration from K = 8192 (configuration 3, matmul_int4.h
-    Int4ShuffledGemvDefaultConfig) at M = 1, and the mma kernel after it; K = 8256 is uneven
-    across the GEMV's threads."""
+    """The default GEMV (matmul_int4.h Int4ShuffledGemvDefaultConfig: 512 threads at M = 1, 256 at
+    M = 2 on these 24 CTAs), and the mma kernel after it; K = 8256 is uneven across the GEMV's
+    threads, and 512 threads leave most of them without a unit."""
     k, n, bs = 8256, 384, 64
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
     sess = _shuffled_session(model)

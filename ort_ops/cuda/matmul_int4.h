@@ -172,7 +172,8 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 //     registers]) configuration v: 0: (4, 1, 128, 4), 1: (8, 1, 128, 4), 2: (2, 1, 128, 4),
 //     3: (4, 2, 128, 4), 4: (8, 2, 128, 4), 5: (8, 1, 128, 4, 8), 6: (4, 1, 128, 4, 8),
 //     7: (4, 2, 128, 4, 4), 8: (8, 1, 256, 4, 4), 9: (4, 1, 256, 4, 4), 10: (8, 1, 512, 4, 2),
-//     11: (4, 2, 256, 4, 2), up to M = kInt4ShuffledGemvMaxM.
+//     11: (4, 2, 256, 4, 2), 12: (8, 1, 128, 4, 7), 13: (8, 1, 128, 4, 6), 14: (8, 1, 256, 4, 3),
+//     up to M = kInt4ShuffledGemvMaxM.
 //   LaunchMatMulInt4ShuffledRef: one thread per output through Int4ShuffledCodeAt.
 // The op rewrites B by default only for layers of N * K >= kInt4ShuffleMinWeights (4096 x 8192 and
 // up) with N >= K (Int4ShuffleByDefault): on 4096 x 4096 the row-major small-M kernels stay faster

@@ -611,6 +611,9 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
         case 9: LaunchShufGemv<T, 4, 1, 256, 4, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
         case 10: LaunchShufGemv<T, 8, 1, 512, 4, 2>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
         case 11: LaunchShufGemv<T, 4, 2, 256, 4, 2>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
+        case 12: LaunchShufGemv<T, 8, 1, 128, 4, 7>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
+        case 13: LaunchShufGemv<T, 8, 1, 128, 4, 6>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
+        case 14: LaunchShufGemv<T, 8, 1, 256, 4, 3>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
         default: LaunchShufGemv<T, 4, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
       }
     } else if (UseShufWide(variant, g.m) && AlignedTo(x, 16) && g.m <= 65535 * 64) {

@@ -188,25 +188,27 @@ constexpr int64_t kInt4ShuffleMinWeights = int64_t{1} << 25;
 constexpr bool Int4ShuffleByDefault(int64_t n, int64_t k) { return n * k >= kInt4ShuffleMinWeights && n >= k; }
 constexpr int64_t kInt4ShuffledGemvMaxM = 4;
 // The default GEMV configuration for M <= kInt4ShuffledGemvMaxM tokens and N rows on `sms` SMs, or
-// -1 for the mma kernel. The GEMV's grid is N / 16 CTAs (configurations 5, 8, 10: a CTA owns 16
-// rows; 128 / 256 / 512 threads split K inside the CTA). Its registers are capped so that
-// 8 / 4 / 2 CTAs of M = 1 fit an SM (64 registers; M tokens: that count / M), and the rule takes
-// the most threads per CTA whose grid still fits one wave: every SM then holds ~32 warps of
-// loads in flight. Measured on an H100 (bench/results/2026-11-27-h100-s36-shufregs-bench-cuda.md,
-// same run, us at M = 1): 4096 x 14336 (896 CTAs) 12.8 with 128 threads against 15.7 for the
-// uncapped configuration 1 of sessions 9-35 (ptxas now gives it 167 registers: 3 CTAs per SM);
-// 8192^2 (512) 14.0 with 256 threads against 19.4; 14336 x 4096 (256) 12.9 with 512 threads
-// against 12.7 row-major and 16.7 uncapped; 4096^2 (256) 4.5 against 5.1 row-major. At M = 2-4
-// the same rule keeps the GEMV only where its grid fits (8192^2 at M = 2: 16.1 against the mma
-// kernel's 18.3; 14336 x 4096 at M = 2 / 4: 15.0 / 22.5 against 26.4 / 26.3), and 4096 x 14336
-// goes to the mma kernel from M = 2 (14.7 against 15.8).
+// -1 for the mma kernel. The GEMV's grid is N / 16 CTAs (configurations 12 / 5, 8, 10: a CTA owns
+// 16 rows; 128, 256, 512 threads split K inside the CTA). Registers are capped so that 7 (M = 1,
+// configuration 12: 72 registers) or 8 / M (configuration 5), 4 / M and 2 / M CTAs of those sizes
+// fit an SM, and the rule takes the most threads per CTA whose grid still fits one wave: every SM
+// then holds ~28-32 warps of loads in flight. Uncapped, ptxas (nvcc 13.0) gives the M = 1 kernel
+// 167 registers (3 CTAs of 128 threads per SM). H100, same runs, us at M = 1
+// (bench/results/2026-11-27-h100-s36-shufregs-bench-cuda.md, …-s36-gemvcaps-bench-cuda.md):
+// 4096 x 14336 (896 CTAs) 11.1 with 72 registers (12.8 with 64, 15.6 uncapped: sessions 27-35's
+// default); 8192^2 (512) 13.7-14.0 with 256 threads against 18.7-19.4; 14336 x 4096 (256) 12.9 with
+// 512 threads against 12.7 row-major and 16.5 uncapped; 4096^2 (256) 4.5 against 5.1-5.2 row-major.
+// At M = 2-4 the GEMV stays where its grid fits (8192^2 at M = 2: 16.2 against the mma kernel's
+// 18.3; 14336 x 4096 at M = 2 / 4: 14.6 / 22.4 against 26.4 / 26.3), and 4096 x 14336 goes to the
+// mma kernel from M = 2 (14.7 against 15.8).
 constexpr int Int4ShuffledGemvDefaultConfig(int64_t n, int64_t m, int sms) {
   const int64_t ctas = n / 16;
   const int64_t per_sm_512 = 2 / m, per_sm_256 = 4 / m, per_sm_128 = 8 / m;
   if (per_sm_512 > 0 && ctas <= sms * per_sm_512) return 10;
   if (per_sm_256 > 0 && ctas <= sms * per_sm_256) return 8;
-  if (per_sm_128 > 0 && ctas <= sms * per_sm_128) return 5;
-  return m == 1 ? 5 : -1;
+  if (m == 1) return 12;
+  if (ctas <= sms * per_sm_128) return 5;
+  return -1;
 }
 constexpr int kInt4ShuffledGemvVariantBase = 10;
 // Variants kInt4ShuffledWideVariantBase + v: the wide shared-memory mma kernel

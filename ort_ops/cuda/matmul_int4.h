@@ -176,14 +176,17 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 //     up to M = kInt4ShuffledGemvMaxM.
 //   LaunchMatMulInt4ShuffledRef: one thread per output through Int4ShuffledCodeAt.
 // The op rewrites B by default only for layers of N * K >= kInt4ShuffleMinWeights (4096 x 8192 and
-// up) with N >= K (Int4ShuffleByDefault): on 4096 x 4096 the row-major small-M kernels stay faster
-// through M = 48 (H100, bench/results/2026-11-24-h100-s9-shufvariants-bench-cuda.md), and on
-// long-K narrow layers the shuffled decode GEMV (no K split across CTAs) loses M = 1 by far: K x N
-// = 14336 x 4096 20.3 us (51 % of the floor, slower than MatMulNBits' 18.3) against 12.7 us row-major
-// (…-s10-wide2-bench-cuda.md column pyquant_int4_nowide, …-s6-final-bench-cuda.md), while on
-// 4096 x 14336 it wins (11.2 against 12.6) and on 8192 x 8192 it costs 10 % at M = 1 (16.5 / 14.9)
-// but gains 33-36 % at M = 4-16 and 7-15 % in prefill. PYQUANT_INT4_SHUFFLE=all rewrites every layer
-// the order tiles.
+// up) with N >= K (Int4ShuffleByDefault). Since session 36 the shuffled decode GEMV is as fast as
+// the row-major one at M = 1 on the other layers too, and faster at M = 2-4; what keeps them
+// row-major is M = 5-48, where the row-major staged / mid kernels beat the shuffled register mma
+// kernel on narrow and small layers. H100, same run, default against PYQUANT_INT4_SHUFFLE=all, us
+// (bench/results/2026-11-27-h100-s36-gemvdefault-narrow-bench-cuda.md): 14336 x 4096 M = 1 / 2 / 8
+// / 16 12.6 / 17.2 / 18.0 / 25.4 against 12.9 / 14.6 / 26.2 / 30.7, but M = 64 / 256 / 2048 35.0 /
+// 73.8 / 375 against 29.2 / 61.6 / 356 (torch fp16 at 2048: 348); 4096 x 4096 M = 1 / 16 5.2 / 8.9
+// against 4.5 / 11.3, M = 2048 113 against 104 (torch fp16 102). Before session 36 the shuffled
+// GEMV lost M = 1 by far there (14336 x 4096: 16.5-20.3 us; …-s10-wide2-bench-cuda.md,
+// …-s36-shufregs-bench-cuda.md). PYQUANT_INT4_SHUFFLE=all rewrites every layer the order tiles:
+// the choice for prefill-bound serving.
 constexpr int64_t kInt4ShuffleMinWeights = int64_t{1} << 25;
 constexpr bool Int4ShuffleByDefault(int64_t n, int64_t k) { return n * k >= kInt4ShuffleMinWeights && n >= k; }
 constexpr int64_t kInt4ShuffledGemvMaxM = 4;

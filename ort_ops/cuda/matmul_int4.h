@@ -170,10 +170,12 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 //     kInt4ShuffledGemvVariantBase + v the
 //     GEMV's (pieces per CTA tile, tiles, threads, k-tiles per unit[, CTAs per SM at M = 1 by
 //     registers]) configuration v: 0: (4, 1, 128, 4), 1: (8, 1, 128, 4), 2: (2, 1, 128, 4),
-//     3: (4, 2, 128, 4), 4: (8, 2, 128, 4), 5: (8, 1, 128, 4, 8), 6: (4, 1, 128, 4, 8),
-//     7: (4, 2, 128, 4, 4), 8: (8, 1, 256, 4, 4), 9: (4, 1, 256, 4, 4), 10: (8, 1, 512, 4, 2),
-//     11: (4, 2, 256, 4, 2), 12: (8, 1, 128, 4, 7), 13: (8, 1, 128, 4, 6), 14: (8, 1, 256, 4, 3),
-//     up to M = kInt4ShuffledGemvMaxM.
+//     3: (4, 2, 128, 4), 4: (8, 2, 128, 4), 5: (8, 1, 128, 4, 8), 8: (8, 1, 256, 4, 4),
+//     10: (8, 1, 512, 4, 2), 12: (8, 1, 128, 4, 7), up to M = kInt4ShuffledGemvMaxM (another
+//     number runs configuration 0). Measured in session 36 and removed, slower than these on every
+//     shape (…-s36-shufregs-bench-cuda.md, …-s36-gemvcaps-bench-cuda.md; code: git show b075a9a):
+//     6: (4, 1, 128, 4, 8), 7: (4, 2, 128, 4, 4), 9: (4, 1, 256, 4, 4), 11: (4, 2, 256, 4, 2),
+//     13: (8, 1, 128, 4, 6), 14: (8, 1, 256, 4, 3).
 //   LaunchMatMulInt4ShuffledRef: one thread per output through Int4ShuffledCodeAt.
 // The op rewrites B by default only for layers of N * K >= kInt4ShuffleMinWeights (4096 x 8192 and
 // up) with N >= K (Int4ShuffleByDefault). Since session 36 the shuffled decode GEMV is as fast as

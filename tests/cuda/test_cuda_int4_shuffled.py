@@ -116,7 +116,7 @@ def test_int4_shuffled_wide_deterministic(rng, m):
         assert np.array_equal(run_cuda(sess, x, n, dtype), first)
 
 
-@pytest.mark.parametrize("variant", range(10, 25))
+@pytest.mark.parametrize("variant", [10, 11, 12, 13, 14, 15, 18, 20, 22])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_int4_shuffled_gemv_variants(rng, variant, dtype, symmetric):

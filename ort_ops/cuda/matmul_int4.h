@@ -215,6 +215,14 @@ constexpr int Int4ShuffledGemvDefaultConfig(int64_t n, int64_t m, int sms) {
   if (ctas <= sms * per_sm_128) return 5;
   return -1;
 }
+// The measured cases above, on an H100's 132 SMs.
+static_assert(Int4ShuffledGemvDefaultConfig(14336, 1, 132) == 12 && Int4ShuffledGemvDefaultConfig(8192, 1, 132) == 8 &&
+                  Int4ShuffledGemvDefaultConfig(4096, 1, 132) == 10,
+              "M = 1: 128 / 256 / 512 threads by N");
+static_assert(Int4ShuffledGemvDefaultConfig(14336, 2, 132) == -1 && Int4ShuffledGemvDefaultConfig(8192, 2, 132) == 5 &&
+                  Int4ShuffledGemvDefaultConfig(4096, 2, 132) == 8 &&
+                  Int4ShuffledGemvDefaultConfig(4096, 4, 132) == 5 && Int4ShuffledGemvDefaultConfig(8192, 4, 132) == -1,
+              "M = 2-4: the GEMV only where its grid fits one wave");
 constexpr int kInt4ShuffledGemvVariantBase = 10;
 // Variants kInt4ShuffledWideVariantBase + v: the wide shared-memory mma kernel
 // (matmul_int4_shuffled_wide_impl.cu; v = 0: automatic tile and K split, 1: 128-row CTAs). By

@@ -200,8 +200,8 @@ constexpr int64_t kInt4ShuffledGemvMaxM = 4;
 // then holds ~28-32 warps of loads in flight. Uncapped, ptxas (nvcc 13.0) gives the M = 1 kernel
 // 167 registers (3 CTAs of 128 threads per SM). H100, same runs, us at M = 1
 // (bench/results/2026-11-27-h100-s36-shufregs-bench-cuda.md, …-s36-gemvcaps-bench-cuda.md):
-// 4096 x 14336 (896 CTAs) 11.1 with 72 registers (12.8 with 64, 15.6 uncapped: sessions 27-35's
-// default); 8192^2 (512) 13.7-14.0 with 256 threads against 18.7-19.4; 14336 x 4096 (256) 12.9 with
+// 4096 x 14336 (896 CTAs) 11.1 with 72 registers (12.8 with 64; 15.6 for configuration 1,
+// uncapped, the default until session 36); 8192^2 (512) 13.7-14.0 with 256 threads against 18.7-19.4; 14336 x 4096 (256) 12.9 with
 // 512 threads against 12.7 row-major and 16.5 uncapped; 4096^2 (256) 4.5 against 5.1-5.2 row-major.
 // At M = 2-4 the GEMV stays where its grid fits (8192^2 at M = 2: 16.2 against the mma kernel's
 // 18.3; 14336 x 4096 at M = 2 / 4: 14.6 / 22.4 against 26.4 / 26.3), and 4096 x 14336 goes to the

@@ -201,14 +201,23 @@ constexpr int64_t kInt4ShuffledGemvMaxM = 4;
 // 167 registers (3 CTAs of 128 threads per SM). H100, same runs, us at M = 1
 // (bench/results/2026-11-27-h100-s36-shufregs-bench-cuda.md, …-s36-gemvcaps-bench-cuda.md):
 // 4096 x 14336 (896 CTAs) 11.1 with 72 registers (12.8 with 64; 15.6 for configuration 1,
-// uncapped, the default until session 36); 8192^2 (512) 13.7-14.0 with 256 threads against 18.7-19.4; 14336 x 4096 (256) 12.9 with
-// 512 threads against 12.7 row-major and 16.5 uncapped; 4096^2 (256) 4.5 against 5.1-5.2 row-major.
+// uncapped, the default until session 36); 8192^2 (512) 13.7-14.0 with 256 threads against
+// 18.7-19.4; 14336 x 4096 (256) 12.9 with 512 threads against 12.7 row-major and 16.5 uncapped;
+// 4096^2 (256) 4.5 against 5.1-5.2 row-major.
 // At M = 2-4 the GEMV stays where its grid fits (8192^2 at M = 2: 16.2 against the mma kernel's
 // 18.3; 14336 x 4096 at M = 2 / 4: 14.6 / 22.4 against 26.4 / 26.3), and 4096 x 14336 goes to the
 // mma kernel from M = 2 (14.7 against 15.8).
+// The CTAs per SM these configurations' register caps guarantee at M = 1 (their kMinBlocks; at M
+// tokens that count / M): one source for the rule below and the launches
+// (matmul_int4_shuffled_impl.cu).
+constexpr int kInt4ShufGemvCtasPerSm128 = 8;    // configuration 5, 128 threads, 64 registers
+constexpr int kInt4ShufGemvCtasPerSm128M1 = 7;  // configuration 12, 128 threads, 72 registers
+constexpr int kInt4ShufGemvCtasPerSm256 = 4;    // configuration 8
+constexpr int kInt4ShufGemvCtasPerSm512 = 2;    // configuration 10
 constexpr int Int4ShuffledGemvDefaultConfig(int64_t n, int64_t m, int sms) {
   const int64_t ctas = n / 16;
-  const int64_t per_sm_512 = 2 / m, per_sm_256 = 4 / m, per_sm_128 = 8 / m;
+  const int64_t per_sm_512 = kInt4ShufGemvCtasPerSm512 / m, per_sm_256 = kInt4ShufGemvCtasPerSm256 / m,
+                per_sm_128 = kInt4ShufGemvCtasPerSm128 / m;
   if (per_sm_512 > 0 && ctas <= sms * per_sm_512) return 10;
   if (per_sm_256 > 0 && ctas <= sms * per_sm_256) return 8;
   if (m == 1) return 12;

@@ -604,10 +604,19 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
         case 2: LaunchShufGemv<T, 2, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
         case 3: LaunchShufGemv<T, 4, 2, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
         case 4: LaunchShufGemv<T, 8, 2, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
-        case 5: LaunchShufGemv<T, 8, 1, 128, 4, 8>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
-        case 8: LaunchShufGemv<T, 8, 1, 256, 4, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
-        case 10: LaunchShufGemv<T, 8, 1, 512, 4, 2>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
-        case 12: LaunchShufGemv<T, 8, 1, 128, 4, 7>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
+        case 5:
+          LaunchShufGemv<T, 8, 1, 128, 4, kInt4ShufGemvCtasPerSm128>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+          break;
+        case 8:
+          LaunchShufGemv<T, 8, 1, 256, 4, kInt4ShufGemvCtasPerSm256>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+          break;
+        case 10:
+          LaunchShufGemv<T, 8, 1, 512, 4, kInt4ShufGemvCtasPerSm512>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+          break;
+        case 12:
+          LaunchShufGemv<T, 8, 1, 128, 4, kInt4ShufGemvCtasPerSm128M1>(x, p.b, s, p.zero_points, bias, y, g, pdl,
+                                                                       stream);
+          break;
         default: LaunchShufGemv<T, 4, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
       }
     } else if (UseShufWide(variant, g.m) && AlignedTo(x, 16) && g.m <= 65535 * 64) {

@@ -233,6 +233,13 @@ static_assert(Int4ShuffledGemvDefaultConfig(14336, 2, 132) == -1 && Int4Shuffled
                   Int4ShuffledGemvDefaultConfig(4096, 4, 132) == 5 && Int4ShuffledGemvDefaultConfig(8192, 4, 132) == -1,
               "M = 2-4: the GEMV only where its grid fits one wave");
 constexpr int kInt4ShuffledGemvVariantBase = 10;
+// Variants kInt4ShuffledStagedVariantBase + shape: the staged mma kernel on the shuffled order
+// (matmul_int4_staged.h, LaunchInt4StagedShuffled; shape kInt4StagedAuto / Wide / Tall = 0 / 1 / 2),
+// where its plan covers the shape (else the register mma kernel). By default it serves
+// kInt4ShuffledGemvMaxM < M (or M <= 4 where the GEMV's grid does not fit) below the Hopper GEMM
+// when Int4ShuffledStagedByDefault(M).
+constexpr int kInt4ShuffledStagedVariantBase = 40;
+constexpr bool Int4ShuffledStagedByDefault(int64_t m) { return m < 0; }
 // Variants kInt4ShuffledWideVariantBase + v: the wide shared-memory mma kernel
 // (matmul_int4_shuffled_wide_impl.cu; v = 0: automatic tile and K split, 1: 128-row CTAs). By
 // default it serves kInt4ShuffledWideMinM <= M below the Hopper GEMM.

@@ -32,6 +32,7 @@
 #include "cuda/matmul_int4.h"
 #include "cuda/matmul_int4_impl.cuh"
 #include "cuda/matmul_int4_shuffled_impl.cuh"
+#include "cuda/matmul_int4_staged.h"
 #include "cuda/pdl.h"
 #include "layout/int4_shuffled.h"
 
@@ -591,7 +592,9 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
     const T* s = static_cast<const T*>(p.scales);
     const T* bias = static_cast<const T*>(p.bias);
     T* y = static_cast<T*>(p.y);
-    const bool variant_is_gemv = variant >= kInt4ShuffledGemvVariantBase;
+    const bool variant_is_staged =
+        variant >= kInt4ShuffledStagedVariantBase && variant < kInt4ShuffledStagedVariantBase + 3;
+    const bool variant_is_gemv = variant >= kInt4ShuffledGemvVariantBase && !variant_is_staged;
     const int gemv_config = variant_is_gemv ? variant - kInt4ShuffledGemvVariantBase
                             : variant < 0 && p.m <= kInt4ShuffledGemvMaxM
                                 ? Int4ShuffledGemvDefaultConfig(g.n, p.m, CurrentSmCount())
@@ -619,7 +622,17 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
           break;
         default: LaunchShufGemv<T, 4, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
       }
-    } else if (UseShufWide(variant, g.m) && AlignedTo(x, 16) && g.m <= 65535 * 64) {
+      return cudaGetLastError();
+    }
+    if (gemv_config < 0 && AlignedTo(x, 16) && g.m <= 65535 * 64 &&
+        (variant_is_staged || (variant < 0 && Int4ShuffledStagedByDefault(g.m)))) {
+      // The staged kernel (matmul_int4_staged.h; grid.y covers M in rows of up to 64 tokens).
+      const int shape = variant_is_staged ? variant - kInt4ShuffledStagedVariantBase : kInt4StagedAuto;
+      const cudaError_t e =
+          LaunchInt4StagedShuffled<T>(shape, Int4StagedLimits{}, x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
+      if (e != cudaErrorNotSupported) return e;  // else (K not a whole number of stages) the kernels below
+    }
+    if (UseShufWide(variant, g.m) && AlignedTo(x, 16) && g.m <= 65535 * 64) {
       const int wide = variant >= kInt4ShuffledWideVariantBase ? variant - kInt4ShuffledWideVariantBase : 0;
       return LaunchInt4ShufWide<T>(wide, knobs.wide_fill, x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
     } else if (AlignedTo(x, 4) && g.m <= 65535 * 64) {

@@ -46,4 +46,13 @@ cudaError_t LaunchInt4Staged(int shape, Int4StagedLimits lim, const T* x, const 
                              const uint8_t* zp, const T* bias, T* y, const cuda_detail::Int4Geom& g, PdlMode pdl,
                              cudaStream_t stream);
 
+// The same kernel on B in the shuffled order (layout/int4_shuffled.h: the op's in-place copy on
+// Hopper): b [N * K / 2] shuffled; N % 128 == 0 and K % 64 == 0 (the order's own preconditions),
+// 16-byte aligned x; cudaErrorNotSupported (nothing launched) where PlanInt4Staged says !ok.
+// Serves M between the shuffled GEMV and the Hopper GEMM (matmul_int4_shuffled_impl.cu).
+template <typename T>
+cudaError_t LaunchInt4StagedShuffled(int shape, Int4StagedLimits lim, const T* x, const uint8_t* b, const T* s,
+                                     const uint8_t* zp, const T* bias, T* y, const cuda_detail::Int4Geom& g,
+                                     PdlMode pdl, cudaStream_t stream);
+
 }  // namespace pyquant

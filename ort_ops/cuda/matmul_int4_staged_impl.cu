@@ -41,6 +41,18 @@
 // stage i (two register slots, the loop unrolled by 2: a register is never moved while its load
 // is in flight).
 //
+// The shuffled order (kShuf; LaunchInt4StagedShuffled): on Hopper the op rewrites a constant B in
+// place into layout/int4_shuffled.h's order, and then no row-major kernel can read it; the register
+// mma kernel there (matmul_int4_shuffled_impl.cu) keeps one group of weights in flight in registers
+// and streamed narrow layers at 39 % of the HBM floor at M = 8 (14336 x 4096), against 57 % for this
+// kernel on row-major B (bench/results/2026-11-27-h100-s36-gemvdefault-narrow-bench-cuda.md). The
+// same pipeline, CTA shapes, K splits and sums serve it; only the stage contents differ:
+//   W: [tile][k16 step][128 bytes], each 128 bytes one tile-step of B copied as stored (a CTA's
+//      tiles of one step are contiguous in B); ldmatrix.x4 over four steps of a tile hands each
+//      lane its own word per step, which is its m16n8k16 A fragment (no k permutation);
+//   X: [token][kStageK * 2 bytes] with chunk c of token t at c ^ (t & 7), read by ldmatrix.x4 as
+//      8 tokens x 8 k per matrix = the B fragments b0 / b1 in the standard k order.
+//
 // Preconditions (LaunchInt4Staged checks them, else cudaErrorNotSupported): T = __half /
 // __nv_bfloat16, block_size >= 64, K % kStageK == 0 (so B rows have no padding), 16-byte aligned
 // X and B, and a K split only on sm_90 (clusters).
@@ -58,6 +70,7 @@
 #include "cuda/matmul_int4_staged.h"
 #include "cuda/staged_common.cuh"
 #include "cuda/staged_split.h"
+#include "layout/int4_shuffled.h"
 
 namespace pyquant {
 
@@ -105,6 +118,16 @@ __device__ __forceinline__ ShufRows<T> StagedRow(T s, int z) {
   return r;
 }
 
+// The same for the two rows g (s0, z0) and g + 8 (s1, z1) of one shuffled word.
+template <typename T>
+__device__ __forceinline__ ShufRows<T> StagedRows(T s0, int z0, T s1, int z1) {
+  ShufRows<T> r = StagedRow<T>(s0, z0);
+  const ShufRows<T> r1 = StagedRow<T>(s1, z1);
+  r.zb1 = r1.zb1;
+  r.s1 = r1.s1;
+  return r;
+}
+
 // A lane's scales and zero points of one stage: tile j, row half h (rows g, g + 8).
 template <typename T, int NT, bool kAsym>
 struct StagedScales {
@@ -112,11 +135,105 @@ struct StagedScales {
   uint8_t z[kAsym ? NT : 1][2];  // the zero-point byte (two blocks' nibbles); none when symmetric
 };
 
+// The 16-byte chunk position of X's chunk c of token t in a stage. Row-major B: c ^ ((t & 1) << 2)
+// (one 16-byte-per-lane phase reads tokens t, t + 1 at chunks c0 .. c0 + 3); shuffled B: c ^ (t & 7)
+// (one ldmatrix phase reads 8 tokens at one chunk, 16-byte banks all distinct; rows of >= 8 chunks).
+template <bool kShuf>
+__device__ __forceinline__ int XChunkAt(int t, int c) {
+  return kShuf ? c ^ (t & 7) : c ^ ((t & 1) << 2);
+}
+
+// One stage's work of warp (wn, wk) on B in the shuffled order: its 64-wide unit wk (k16 steps
+// 4 wk .. 4 wk + 3 of the stage) of the n16 tiles wn NT + j.
+//   W: ldmatrix.x4 over the tile's four 128-byte steps gives each lane its own word of each step
+//      (a 128-byte tile read as 8 rows of 16 bytes: lane (g, t) gets word t of row g = word
+//      4 g + t = its A fragment, layout/int4_shuffled.h), decoded by DecodeShufWord with rows
+//      g / g + 8 of the tile.
+//   X: ldmatrix.x4 over tokens 8 mi .. + 7 (rows) and four 8-wide k chunks gives lane (g, t)
+//      X[token g][8 c + 2 t, + 1] per chunk: b0 / b1 of two steps (chunks 2 u, 2 u + 1).
+// zp_nibble: the block's zero-point nibble within the loaded byte.
+template <typename T, int MT8, int NT, bool kAsym, int kXRowBytes, int kStageSteps>
+__device__ __forceinline__ void ShufStep(float (&acc)[NT][MT8][4], const uint8_t* ws, const uint8_t* xs,
+                                         const StagedScales<T, NT, kAsym>& sc, int lane, int wn, int wk,
+                                         int zp_nibble) {
+  const int mat = lane >> 3, mrow = lane & 7;
+  // X fragments of token tile mi, steps 2 h and 2 h + 1: [u][b0, b1]
+  auto load_xb = [&](int mi, int h, uint32_t (&xb)[2][2]) {
+    const int t = 8 * mi + mrow, c = 8 * wk + 4 * h + mat;
+    uint32_t r[4];
+    Ldmatrix4(r, xs + t * kXRowBytes + 16 * XChunkAt<true>(t, c));
+    xb[0][0] = r[0], xb[0][1] = r[1], xb[1][0] = r[2], xb[1][1] = r[3];
+  };
+  auto rows_of = [&](int j) {
+    const int z0 = kAsym ? Int4ZeroPointAt(&sc.z[kAsym ? j : 0][0], zp_nibble) : kInt4SymmetricZeroPoint;
+    const int z1 = kAsym ? Int4ZeroPointAt(&sc.z[kAsym ? j : 0][1], zp_nibble) : kInt4SymmetricZeroPoint;
+    return StagedRows<T>(sc.s[j][0], z0, sc.s[j][1], z1);
+  };
+  auto load_w = [&](int j, uint32_t (&wq)[4]) {
+    Ldmatrix4(wq, ws + ((wn * NT + j) * kStageSteps + 4 * wk + mat) * kInt4ShuffleTileBytes + 16 * mrow);
+  };
+  if constexpr (MT8 <= 2) {
+    // few tokens: X's fragments of the unit's four steps first, then one tile at a time
+    uint32_t xb[2][MT8][2][2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int mi = 0; mi < MT8; ++mi) load_xb(mi, h, xb[h][mi]);
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      uint32_t wq[4];
+      load_w(j, wq);
+      const ShufRows<T> rows = rows_of(j);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        uint32_t a[4];
+        DecodeShufWord<T, true>(wq[u], rows, a);
+#pragma unroll
+        for (int mi = 0; mi < MT8; ++mi) {
+          const uint32_t (&b)[2] = xb[u >> 1][mi][u & 1];
+          Mma16816<T>(acc[j][mi], a[0], a[1], a[2], a[3], b[0], b[1]);
+        }
+      }
+    }
+  } else {
+    // many tokens: the tiles' words first, decoded two steps at a time, then one token tile's X
+    // at a time
+    uint32_t wq[NT][4];
+    ShufRows<T> rows[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      load_w(j, wq[j]);
+      rows[j] = rows_of(j);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t a[NT][2][4];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        DecodeShufWord<T, true>(wq[j][2 * h], rows[j], a[j][0]);
+        DecodeShufWord<T, true>(wq[j][2 * h + 1], rows[j], a[j][1]);
+      }
+#pragma unroll
+      for (int mi = 0; mi < MT8; ++mi) {
+        uint32_t xb[2][2];
+        load_xb(mi, h, xb);
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int u = 0; u < 2; ++u)
+            Mma16816<T>(acc[j][mi], a[j][u][0], a[j][u][1], a[j][u][2], a[j][u][3], xb[u][0], xb[u][1]);
+      }
+    }
+  }
+}
+
 // x [M, K] T, b [N, K / 2] (row-major, row_bytes = K / 2), scales [N, nb] T, zp [N, zp_row_bytes]
 // or nullptr, bias [N] T or nullptr, y [M, N] T. grid = (ceil(N / kRows) * kS, ceil(M / (8 MT8)), gs.kz),
 // cluster (ks, 1, 1) (ks = 1: none; > 1 on sm_90 only), block kThreads, dynamic shared memory kSmem.
 // K is split into ks * gs.kz parts (staged_split.h): part blockIdx.z * ks + rank.
-template <typename T, int MT8, int NT, int WN, int WK, int kStages, bool kAsym, int kMinBlocks>
+// kShuf: B in the shuffled order (layout/int4_shuffled.h) instead of row-major; see the section
+// "The shuffled order" at the top of this file.
+template <typename T, int MT8, int NT, int WN, int WK, int kStages, bool kAsym, int kMinBlocks, bool kShuf>
 __global__ void __launch_bounds__(32 * WN * WK, kMinBlocks)
     int4_staged_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
                        const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
@@ -144,7 +261,31 @@ __global__ void __launch_bounds__(32 * WN * WK, kMinBlocks)
   const int x_t = tid / kXChunks, x_c = tid % kXChunks;
   const uint8_t* w_src = b + int64_t(row0 + w_r) * row_bytes + 16 * w_c;
   const T* x_src = x + int64_t(m0 + x_t) * g.k + 8 * x_c;
+  // Shuffled order: stage i holds the k16 steps kStageSteps i .. of the CTA's kTiles n16 tiles;
+  // for one step those tiles are contiguous in B (kTiles * 128 bytes). 16-byte piece index
+  // tid + q * kThreads = (step, tile, piece c) with c fastest (consecutive threads, consecutive
+  // global bytes), stored at [tile][step][128 bytes]: a tile's steps adjacent, so one ldmatrix.x4
+  // takes four steps of one tile. Tiles past N (the last CTA of a layer with N % kRows != 0) are
+  // zero-filled.
+  constexpr int kTiles = S::kRows / 16, kStageSteps = S::kStageK / 16;
+  const int n_tiles = g.n / 16;  // N % 128 == 0 wherever B is shuffled
+  auto load_w_shuffled = [&](int i) {
+    uint8_t* dst = w_stage(i % kStages);
+#pragma unroll
+    for (int q = 0; q < S::kWBytes / 16 / S::kThreads; ++q) {
+      const int pidx = tid + q * S::kThreads;
+      const int c = pidx % 8, tl = (pidx / 8) % kTiles, st = pidx / (8 * kTiles);
+      const bool valid = row0 / 16 + tl < n_tiles;
+      const int64_t tile = int64_t(row0 / 16 + tl) + int64_t(n_tiles) * (int64_t(s_begin + i) * kStageSteps + st);
+      const uint8_t* src = valid ? b + tile * kInt4ShuffleTileBytes + 16 * c : b;
+      CpAsync16(dst + (tl * kStageSteps + st) * kInt4ShuffleTileBytes + 16 * c, src, valid);
+    }
+  };
   auto load_w = [&](int i) {
+    if constexpr (kShuf) {
+      load_w_shuffled(i);
+      return;
+    }
     uint8_t* dst = w_stage(i % kStages);
     const int64_t kbyte = int64_t(s_begin + i) * (S::kStageK / 2);
     constexpr int kRowStep = S::kThreads / S::kRowChunks;
@@ -167,7 +308,7 @@ __global__ void __launch_bounds__(32 * WN * WK, kMinBlocks)
       if (t < S::kTokens) {
         const bool valid = m0 + t < g.m;
         const T* src = valid ? x_src + int64_t(q) * kTokStep * g.k + k0 : x;
-        CpAsync16(dst + t * S::kXRowBytes + 16 * (x_c ^ ((t & 1) << 2)), src, valid);
+        CpAsync16(dst + t * S::kXRowBytes + 16 * XChunkAt<kShuf>(t, x_c), src, valid);
       }
     }
   };
@@ -207,6 +348,11 @@ __global__ void __launch_bounds__(32 * WN * WK, kMinBlocks)
 
     const uint8_t* ws = w_stage(i % kStages);
     const uint8_t* xs = x_stage(i % kStages);
+    if constexpr (kShuf) {
+      ShufStep<T, MT8, NT, kAsym, S::kXRowBytes, kStageSteps>(
+          acc, ws, xs, cur, lane, wn, wk, (((s_begin + i) * S::kStageK + 64 * wk) >> g.bs_log2) & 1);
+      return;
+    }
     uint32_t wq[NT][4];  // tile j: rows g / g + 8 x spans 0 / 1 (ldmatrix matrices 0..3)
     auto ldmatrix_tile = [&](int j) {
       const int r = 16 * (wn * NT + j) + lm_row;
@@ -292,14 +438,14 @@ __global__ void __launch_bounds__(32 * WN * WK, kMinBlocks)
   });
 }
 
-template <typename T, int MT8, int NT, int WN, int WK, bool kAsym>
+template <typename T, int MT8, int NT, int WN, int WK, bool kAsym, bool kShuf>
 cudaError_t LaunchStaged(int ks, int kz, int max_kz, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
                          const T* bias, T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   constexpr int kStages = 4;
   using S = StagedShape<MT8, NT, WN, WK, kStages>;
   // Two CTAs (16 warps) per SM where the shared memory allows and the accumulators fit 128 registers.
   constexpr int kMinBlocks = S::kSmem <= 110 * 1024 && MT8 <= 4 ? 2 : 1;
-  auto kernel = int4_staged_kernel<T, MT8, NT, WN, WK, kStages, kAsym, kMinBlocks>;
+  auto kernel = int4_staged_kernel<T, MT8, NT, WN, WK, kStages, kAsym, kMinBlocks, kShuf>;
   static StagedLaunchFlags attributes_set;  // over 48 KB of dynamic shared memory, clusters of 16
   if (const cudaError_t e = PrepareStagedLaunch(kernel, S::kSmem, ks, attributes_set); e != cudaSuccess) return e;
   const StagedLaunchSplit ls = StagedSplitForLaunch(reinterpret_cast<const void*>(kernel), S::kThreads, S::kSmem, g.n,
@@ -311,20 +457,30 @@ cudaError_t LaunchStaged(int ks, int kz, int max_kz, const T* x, const uint8_t* 
 // The column tiles per warp at MT8 token tiles: 4 up to 16 tokens, else 2 (accumulators).
 constexpr int StagedNt(int mt8) { return mt8 <= 2 ? 4 : 2; }
 
-template <typename T, int MT8>
+template <typename T, int MT8, bool kShuf>
 cudaError_t LaunchStagedShape(const Int4StagedPlan& plan, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
                               const T* bias, T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   constexpr int NT = StagedNt(MT8);
-  if (zp != nullptr) {
-    return plan.tall ? LaunchStaged<T, MT8, NT, 2, 4, true>(plan.ks, plan.kz, plan.max_kz, x, b, s, zp, bias, y, g, pdl,
-                                                            stream)
-                     : LaunchStaged<T, MT8, NT, 4, 2, true>(plan.ks, plan.kz, plan.max_kz, x, b, s, zp, bias, y, g, pdl,
-                                                            stream);
+  auto launch = [&](auto wn, auto asym) {
+    constexpr int kWn = decltype(wn)::value;
+    return LaunchStaged<T, MT8, NT, kWn, 8 / kWn, decltype(asym)::value, kShuf>(plan.ks, plan.kz, plan.max_kz, x, b, s,
+                                                                                zp, bias, y, g, pdl, stream);
+  };
+  using Wide = std::integral_constant<int, 4>;
+  using Tall = std::integral_constant<int, 2>;
+  if (zp != nullptr) return plan.tall ? launch(Tall{}, std::true_type{}) : launch(Wide{}, std::true_type{});
+  return plan.tall ? launch(Tall{}, std::false_type{}) : launch(Wide{}, std::false_type{});
+}
+
+template <typename T, bool kShuf>
+cudaError_t LaunchStagedPlan(const Int4StagedPlan& plan, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
+                             const T* bias, T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
+  switch (plan.mt8) {
+    case 1: return LaunchStagedShape<T, 1, kShuf>(plan, x, b, s, zp, bias, y, g, pdl, stream);
+    case 2: return LaunchStagedShape<T, 2, kShuf>(plan, x, b, s, zp, bias, y, g, pdl, stream);
+    case 4: return LaunchStagedShape<T, 4, kShuf>(plan, x, b, s, zp, bias, y, g, pdl, stream);
+    default: return LaunchStagedShape<T, 8, kShuf>(plan, x, b, s, zp, bias, y, g, pdl, stream);
   }
-  return plan.tall ? LaunchStaged<T, MT8, NT, 2, 4, false>(plan.ks, plan.kz, plan.max_kz, x, b, s, zp, bias, y, g, pdl,
-                                                           stream)
-                   : LaunchStaged<T, MT8, NT, 4, 2, false>(plan.ks, plan.kz, plan.max_kz, x, b, s, zp, bias, y, g, pdl,
-                                                           stream);
 }
 
 }  // namespace
@@ -367,12 +523,16 @@ cudaError_t LaunchInt4Staged(int shape, Int4StagedLimits lim, const T* x, const 
                              cudaStream_t stream) {
   const Int4StagedPlan plan = PlanInt4Staged(shape, g, lim);
   if (!plan.ok || g.row_bytes != g.k / 2) return cudaErrorNotSupported;
-  switch (plan.mt8) {
-    case 1: return LaunchStagedShape<T, 1>(plan, x, b, s, zp, bias, y, g, pdl, stream);
-    case 2: return LaunchStagedShape<T, 2>(plan, x, b, s, zp, bias, y, g, pdl, stream);
-    case 4: return LaunchStagedShape<T, 4>(plan, x, b, s, zp, bias, y, g, pdl, stream);
-    default: return LaunchStagedShape<T, 8>(plan, x, b, s, zp, bias, y, g, pdl, stream);
-  }
+  return LaunchStagedPlan<T, false>(plan, x, b, s, zp, bias, y, g, pdl, stream);
+}
+
+template <typename T>
+cudaError_t LaunchInt4StagedShuffled(int shape, Int4StagedLimits lim, const T* x, const uint8_t* b, const T* s,
+                                     const uint8_t* zp, const T* bias, T* y, const cuda_detail::Int4Geom& g,
+                                     PdlMode pdl, cudaStream_t stream) {
+  const Int4StagedPlan plan = PlanInt4Staged(shape, g, lim);
+  if (!plan.ok || g.n % 128 != 0 || g.k % 64 != 0) return cudaErrorNotSupported;
+  return LaunchStagedPlan<T, true>(plan, x, b, s, zp, bias, y, g, pdl, stream);
 }
 
 template cudaError_t LaunchInt4Staged<__half>(int, Int4StagedLimits, const __half*, const uint8_t*, const __half*,
@@ -381,5 +541,13 @@ template cudaError_t LaunchInt4Staged<__half>(int, Int4StagedLimits, const __hal
 template cudaError_t LaunchInt4Staged<__nv_bfloat16>(int, Int4StagedLimits, const __nv_bfloat16*, const uint8_t*,
                                                      const __nv_bfloat16*, const uint8_t*, const __nv_bfloat16*,
                                                      __nv_bfloat16*, const Int4Geom&, PdlMode, cudaStream_t);
+
+template cudaError_t LaunchInt4StagedShuffled<__half>(int, Int4StagedLimits, const __half*, const uint8_t*,
+                                                      const __half*, const uint8_t*, const __half*, __half*,
+                                                      const Int4Geom&, PdlMode, cudaStream_t);
+template cudaError_t LaunchInt4StagedShuffled<__nv_bfloat16>(int, Int4StagedLimits, const __nv_bfloat16*,
+                                                             const uint8_t*, const __nv_bfloat16*, const uint8_t*,
+                                                             const __nv_bfloat16*, __nv_bfloat16*, const Int4Geom&,
+                                                             PdlMode, cudaStream_t);
 
 }  // namespace pyquant

@@ -103,6 +103,45 @@ def test_int4_shuffled_wide_variants(rng, variant, dtype, symmetric, kn_bs):
     _check_int4(sess, rng, ms, k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
+@pytest.mark.parametrize("variant", [40, 41, 42])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize(
+    "kn_bs",
+    [
+        (2048, 768, 64),  # 3 wide CTAs (256 rows) / 6 tall: cluster K split
+        (2304, 384, 128),  # N % 256 != 0: the second wide CTA's tiles past N zero-filled; 9 tall stages
+        (1024, 6656, 256),  # 26 wide CTAs, block 256
+        (1984, 256, 64),  # K % 128 != 0: no whole stages, the register mma kernel instead
+    ],
+)
+def test_int4_shuffled_staged_variants(rng, variant, dtype, symmetric, kn_bs):
+    """The staged mma kernel on the shuffled order (variants 40 / 41 / 42: automatic, wide 4 x 2,
+    tall 2 x 4 warps; matmul_int4_staged_impl.cu with kShuf) at every MT8 (1, 2, 4, 8) with grid.y
+    beyond 64 tokens and partial token tiles, the cluster and grid K splits its plan picks, with
+    the Hopper GEMM off; pinned, it serves M = 1..4 too (by default the GEMV does)."""
+    k, n, bs = kn_bs
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
+    sess = _shuffled_session(
+        model, PYQUANT_INT4_SHUF_VARIANT=str(variant), PYQUANT_INT4_SM90_MIN_M=str(1 << 40)
+    )
+    ms = [1, 3, 5, 8, 9, 16, 17, 32, 33, 48, 64, 65, 130, 300]
+    _check_int4(sess, rng, ms, k, n, bs, dtype, b, scales_t, zp, bias_t)
+
+
+@pytest.mark.parametrize("m", [5, 17, 100])
+def test_int4_shuffled_staged_deterministic(rng, m):
+    """The staged kernel's K split sums partial tiles in a fixed order: bit-identical outputs run
+    after run."""
+    k, n, bs, dtype = 4096, 512, 128, "float16"
+    model, *_ = _int4_case(rng, k, n, bs, dtype, False, True)
+    sess = _shuffled_session(model, PYQUANT_INT4_SHUF_VARIANT="40", PYQUANT_INT4_SM90_MIN_M=str(1 << 40))
+    x = _as_t(rng.standard_normal((m, k)), dtype)
+    first = run_cuda(sess, x, n, dtype)
+    for _ in range(5):
+        assert np.array_equal(run_cuda(sess, x, n, dtype), first)
+
+
 @pytest.mark.parametrize("m", [1, 17, 100])
 def test_int4_shuffled_wide_deterministic(rng, m):
     """The cluster split sums partial tiles in rank order: the same input gives bit-identical

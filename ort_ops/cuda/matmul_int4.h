@@ -177,20 +177,19 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 //     6: (4, 1, 128, 4, 8), 7: (4, 2, 128, 4, 4), 9: (4, 1, 256, 4, 4), 11: (4, 2, 256, 4, 2),
 //     13: (8, 1, 128, 4, 6), 14: (8, 1, 256, 4, 3).
 //   LaunchMatMulInt4ShuffledRef: one thread per output through Int4ShuffledCodeAt.
-// The op rewrites B by default only for layers of N * K >= kInt4ShuffleMinWeights (4096 x 8192 and
-// up) with N >= K (Int4ShuffleByDefault). Since session 36 the shuffled decode GEMV is as fast as
-// the row-major one at M = 1 on the other layers too, and faster at M = 2-4; what keeps them
-// row-major is M = 5-48, where the row-major staged / mid kernels beat the shuffled register mma
-// kernel on narrow and small layers. H100, same run, default against PYQUANT_INT4_SHUFFLE=all, us
-// (bench/results/2026-11-27-h100-s36-gemvdefault-narrow-bench-cuda.md): 14336 x 4096 M = 1 / 2 / 8
-// / 16 12.6 / 17.2 / 18.0 / 25.4 against 12.9 / 14.6 / 26.2 / 30.7, but M = 64 / 256 / 2048 35.0 /
-// 73.8 / 375 against 29.2 / 61.6 / 356 (torch fp16 at 2048: 348); 4096 x 4096 M = 1 / 16 5.2 / 8.9
-// against 4.5 / 11.3, M = 2048 113 against 104 (torch fp16 102). Before session 36 the shuffled
-// GEMV lost M = 1 by far there (14336 x 4096: 16.5-20.3 us; …-s10-wide2-bench-cuda.md,
-// …-s36-shufregs-bench-cuda.md). PYQUANT_INT4_SHUFFLE=all rewrites every layer the order tiles:
-// the choice for prefill-bound serving.
+// The op rewrites B by default for layers of N * K >= kInt4ShuffleMinWeights (4096 x 8192 and up;
+// Int4ShuffleByDefault). Until session 36 also only where N >= K: on narrow layers the shuffled
+// order lost M = 1 (before the GEMV's register caps, session 36) and M = 5-16 (before the staged
+// kernel read it, session 37). H100, 14336 x 4096, row-major against shuffled, us: M = 1 / 2 12.6 /
+// 17.2 against 12.9 / 14.6, M = 64 / 256 / 2048 35.0 / 73.8 / 375 against 29.2 / 61.6 / 356 (torch
+// fp16 at 2048: 348) (bench/results/2026-11-27-h100-s36-gemvdefault-narrow-bench-cuda.md); M = 5 / 8
+// / 16 / 32 17.8 / 17.9 / 25.3 / 34.8 against 18.0 / 18.1 / 20.2 / 29.3 (…-s37-stagedshuf-bench-cuda.md).
+// Smaller layers stay row-major: 4096 x 4096 M = 16 / 32 / 48 8.9 / 10.6 / 19.1 against 10.9 / 11.6
+// / 27.9 (same file), though M = 1-4 and M >= 64 are faster shuffled (M = 1 5.2 against 4.5, M =
+// 2048 113 against 104, torch fp16 102; s36). PYQUANT_INT4_SHUFFLE=all rewrites every layer the order
+// tiles (the choice for prefill-bound serving), =0 none.
 constexpr int64_t kInt4ShuffleMinWeights = int64_t{1} << 25;
-constexpr bool Int4ShuffleByDefault(int64_t n, int64_t k) { return n * k >= kInt4ShuffleMinWeights && n >= k; }
+constexpr bool Int4ShuffleByDefault(int64_t n, int64_t k) { return n * k >= kInt4ShuffleMinWeights; }
 constexpr int64_t kInt4ShuffledGemvMaxM = 4;
 // The default GEMV configuration for M <= kInt4ShuffledGemvMaxM tokens and N rows on `sms` SMs, or
 // -1 for the mma kernel. The GEMV's grid is N / 16 CTAs (configurations 12 / 5, 8, 10: a CTA owns
@@ -235,11 +234,16 @@ static_assert(Int4ShuffledGemvDefaultConfig(14336, 2, 132) == -1 && Int4Shuffled
 constexpr int kInt4ShuffledGemvVariantBase = 10;
 // Variants kInt4ShuffledStagedVariantBase + shape: the staged mma kernel on the shuffled order
 // (matmul_int4_staged.h, LaunchInt4StagedShuffled; shape kInt4StagedAuto / Wide / Tall = 0 / 1 / 2),
-// where its plan covers the shape (else the register mma kernel). By default it serves
-// kInt4ShuffledGemvMaxM < M (or M <= 4 where the GEMV's grid does not fit) below the Hopper GEMM
-// when Int4ShuffledStagedByDefault(M).
+// where its plan covers the shape (else the register mma kernel). By default (session 37) it
+// serves every M past the GEMV and below the Hopper GEMM on layers where the register mma kernel's
+// N / 64 CTAs of 64 rows leave SMs idle (Int4ShuffledStagedByDefault; that kernel then splits K
+// over 2 CTAs, 1 CTA of 8 warps per SM): H100, same run, staged against the register kernel, us
+// (bench/results/2026-11-27-h100-s37-stagedshuf-bench-cuda.md): 14336 x 4096 M = 5 / 8 / 16
+// 18.0 / 18.1 / 20.2 against 26.1 / 26.4 / 30.6 (row-major B, its default kernels: 17.8 / 17.9 /
+// 25.3); 4096 x 4096 9.5 / 9.6 / 10.9 / 11.6 (M = 32) against 9.5 / 9.7 / 11.2 / 15.2. On wide
+// layers the register kernel stays: 4096 x 14336 M = 5 / 8 14.8 / 14.9 against 16.5-17.3.
 constexpr int kInt4ShuffledStagedVariantBase = 40;
-constexpr bool Int4ShuffledStagedByDefault(int64_t m) { return m < 0; }
+constexpr bool Int4ShuffledStagedByDefault(int64_t n, int sms) { return n / 64 < sms; }
 // Variants kInt4ShuffledWideVariantBase + v: the wide shared-memory mma kernel
 // (matmul_int4_shuffled_wide_impl.cu; v = 0: automatic tile and K split, 1: 128-row CTAs). By
 // default it serves kInt4ShuffledWideMinM <= M below the Hopper GEMM.

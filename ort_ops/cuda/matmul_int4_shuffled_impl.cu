@@ -625,7 +625,7 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
       return cudaGetLastError();
     }
     if (gemv_config < 0 && AlignedTo(x, 16) && g.m <= 65535 * 64 &&
-        (variant_is_staged || (variant < 0 && Int4ShuffledStagedByDefault(g.m)))) {
+        (variant_is_staged || (variant < 0 && Int4ShuffledStagedByDefault(g.n, CurrentSmCount())))) {
       // The staged kernel (matmul_int4_staged.h; grid.y covers M in rows of up to 64 tokens).
       const int shape = variant_is_staged ? variant - kInt4ShuffledStagedVariantBase : kInt4StagedAuto;
       const cudaError_t e =

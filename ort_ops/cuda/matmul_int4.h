@@ -235,15 +235,20 @@ constexpr int kInt4ShuffledGemvVariantBase = 10;
 // Variants kInt4ShuffledStagedVariantBase + shape: the staged mma kernel on the shuffled order
 // (matmul_int4_staged.h, LaunchInt4StagedShuffled; shape kInt4StagedAuto / Wide / Tall = 0 / 1 / 2),
 // where its plan covers the shape (else the register mma kernel). By default (session 37) it
-// serves every M past the GEMV and below the Hopper GEMM on layers where the register mma kernel's
-// N / 64 CTAs of 64 rows leave SMs idle (Int4ShuffledStagedByDefault; that kernel then splits K
-// over 2 CTAs, 1 CTA of 8 warps per SM): H100, same run, staged against the register kernel, us
-// (bench/results/2026-11-27-h100-s37-stagedshuf-bench-cuda.md): 14336 x 4096 M = 5 / 8 / 16
-// 18.0 / 18.1 / 20.2 against 26.1 / 26.4 / 30.6 (row-major B, its default kernels: 17.8 / 17.9 /
-// 25.3); 4096 x 4096 9.5 / 9.6 / 10.9 / 11.6 (M = 32) against 9.5 / 9.7 / 11.2 / 15.2. On wide
-// layers the register kernel stays: 4096 x 14336 M = 5 / 8 14.8 / 14.9 against 16.5-17.3.
+// serves every M past the GEMV and below the Hopper GEMM on layers where the register mma kernel,
+// its 64-row CTAs split over K in 2 (variant 3), has at most one CTA of 8 warps per SM
+// (Int4ShuffledStagedByDefault: N / 32 <= SMs, N <= 4224 on an H100). H100, same run, staged
+// against the register kernel, us (bench/results/2026-11-27-h100-s37-stagedshuf-bench-cuda.md):
+// 14336 x 4096 M = 5 / 8 / 16 18.0 / 18.1 / 20.2 against 26.1 / 26.4 / 30.6 (row-major B, its
+// default kernels: 17.8 / 17.9 / 25.3); 4096 x 4096 9.5 / 9.6 / 10.9 / 11.6 (M = 32) against 9.5 /
+// 9.7 / 11.2 / 15.2. Wider layers keep the register kernel: 4096 x 14336 M = 5 / 8 14.8 / 14.9
+// against 16.5-17.3 (same file), 8192 x 8192 (2 CTAs per SM) M = 4 / 16 18.2 / 22.6 against 20.6
+// / 24.9 (…-s36-gemv-final-bench-cuda.md against …-s37-default-bench-cuda.md).
 constexpr int kInt4ShuffledStagedVariantBase = 40;
-constexpr bool Int4ShuffledStagedByDefault(int64_t n, int sms) { return n / 64 < sms; }
+constexpr bool Int4ShuffledStagedByDefault(int64_t n, int sms) { return n / 32 <= sms; }
+static_assert(Int4ShuffledStagedByDefault(4096, 132) && !Int4ShuffledStagedByDefault(8192, 132) &&
+                  !Int4ShuffledStagedByDefault(14336, 132),
+              "the measured layers' choices (comment above)");
 // Variants kInt4ShuffledWideVariantBase + v: the wide shared-memory mma kernel
 // (matmul_int4_shuffled_wide_impl.cu; v = 0: automatic tile and K split, 1: 128-row CTAs). By
 // default it serves kInt4ShuffledWideMinM <= M below the Hopper GEMM.

@@ -249,6 +249,15 @@ constexpr bool Int4ShuffledStagedByDefault(int64_t n, int sms) { return n / 32 <
 static_assert(Int4ShuffledStagedByDefault(4096, 132) && !Int4ShuffledStagedByDefault(8192, 132) &&
                   !Int4ShuffledStagedByDefault(14336, 132),
               "the measured layers' choices (comment above)");
+// On those layers with long rows (K >= 8192) the staged kernel also takes M = 3-4 from the GEMV:
+// its cost hardly moves with M up to 8 tokens per CTA, the GEMV's grows with M. H100, 14336 x 4096
+// (…-s37-rule-bench-cuda.md): staged 18.2 / 18.0 / 18.1 us at M = 4 / 5 / 8, GEMV 22.5 at M = 4;
+// session 36's GEMV at M = 2 / 3 14.6 / 19.9 (…-s36-gemvdefault-narrow-bench-cuda.md), so M = 2
+// stays on the GEMV (M = 3 inferred from the flat staged cost, not timed). On 4096 x 4096 the GEMV
+// keeps M <= 4 (7.6 us at M = 4 against the staged kernel's 9.5 at M = 5).
+constexpr bool Int4ShuffledStagedOverGemv(int64_t n, int64_t k, int64_t m, int sms) {
+  return m >= 3 && k >= 8192 && Int4ShuffledStagedByDefault(n, sms);
+}
 // Variants kInt4ShuffledWideVariantBase + v: the wide shared-memory mma kernel
 // (matmul_int4_shuffled_wide_impl.cu; v = 0: automatic tile and K split, 1: 128-row CTAs). By
 // default it serves kInt4ShuffledWideMinM <= M below the Hopper GEMM.

@@ -595,10 +595,11 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
     const bool variant_is_staged =
         variant >= kInt4ShuffledStagedVariantBase && variant < kInt4ShuffledStagedVariantBase + 3;
     const bool variant_is_gemv = variant >= kInt4ShuffledGemvVariantBase && !variant_is_staged;
-    const int gemv_config = variant_is_gemv ? variant - kInt4ShuffledGemvVariantBase
-                            : variant < 0 && p.m <= kInt4ShuffledGemvMaxM
-                                ? Int4ShuffledGemvDefaultConfig(g.n, p.m, CurrentSmCount())
-                                : -1;
+    const int gemv_config =
+        variant_is_gemv ? variant - kInt4ShuffledGemvVariantBase
+        : variant < 0 && p.m <= kInt4ShuffledGemvMaxM && !Int4ShuffledStagedOverGemv(g.n, g.k, p.m, CurrentSmCount())
+            ? Int4ShuffledGemvDefaultConfig(g.n, p.m, CurrentSmCount())
+            : -1;
     if (AlignedTo(x, 16) && p.m <= kInt4ShuffledGemvMaxM && gemv_config >= 0) {
       // (kP, kTiles, threads, kU[, min CTAs]) per configuration: the comment above
       // kInt4ShuffledGemvVariantBase.

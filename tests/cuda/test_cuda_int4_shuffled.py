@@ -129,6 +129,18 @@ def test_int4_shuffled_staged_variants(rng, variant, dtype, symmetric, kn_bs):
     _check_int4(sess, rng, ms, k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_int4_shuffled_staged_long_k_default(rng, dtype, symmetric):
+    """Default dispatch on a narrow layer with long rows (matmul_int4.h Int4ShuffledStagedOverGemv):
+    the GEMV at M = 1-2, the staged kernel from M = 3 (K = 8192: whole stages), every M range
+    after it."""
+    k, n, bs = 8192, 256, 128
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
+    sess = _shuffled_session(model)
+    _check_int4(sess, rng, [1, 2, 3, 4, 5, 16, 33, 64, 100], k, n, bs, dtype, b, scales_t, zp, bias_t)
+
+
 @pytest.mark.parametrize("m", [5, 17, 100])
 def test_int4_shuffled_staged_deterministic(rng, m):
     """The staged kernel's K split sums partial tiles in a fixed order: bit-identical outputs run

@@ -164,9 +164,12 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 //     at dst (Int4ShuffledWeightBytes bytes; dst must not overlap src) on `stream`;
 //   LaunchMatMulInt4Shuffled: p.b in the shuffled order, T = __half / __nv_bfloat16, block_size
 //     64 / 128 / 256: the CUDA-core GEMV where Int4ShuffledGemvDefaultConfig picks it (M <= 4,
-//     16-byte aligned X), else the mma.sync kernel (4-byte aligned X), else the reference.
+//     16-byte aligned X; not Int4ShuffledStagedOverGemv), else on narrow layers the staged mma
+//     kernel (Int4ShuffledStagedByDefault; 16-byte aligned X, K a whole number of its stages), else
+//     the register mma.sync kernel (4-byte aligned X), else the reference.
 //     variant: -1 = default;
 //     0..7 the mma kernel's (NT, warps, U, cluster) configurations; 8, 9 the wide kernel (below);
+//     40..42 the staged kernel (kInt4ShuffledStagedVariantBase);
 //     kInt4ShuffledGemvVariantBase + v the
 //     GEMV's (pieces per CTA tile, tiles, threads, k-tiles per unit[, CTAs per SM at M = 1 by
 //     registers]) configuration v: 0: (4, 1, 128, 4), 1: (8, 1, 128, 4), 2: (2, 1, 128, 4),

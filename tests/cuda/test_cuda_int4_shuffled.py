@@ -141,26 +141,17 @@ def test_int4_shuffled_staged_long_k_default(rng, dtype, symmetric):
     _check_int4(sess, rng, [1, 2, 3, 4, 5, 16, 33, 64, 100], k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
-@pytest.mark.parametrize("m", [5, 17, 100])
-def test_int4_shuffled_staged_deterministic(rng, m):
-    """The staged kernel's K split sums partial tiles in a fixed order: bit-identical outputs run
-    after run."""
-    k, n, bs, dtype = 4096, 512, 128, "float16"
-    model, *_ = _int4_case(rng, k, n, bs, dtype, False, True)
-    sess = _shuffled_session(model, PYQUANT_INT4_SHUF_VARIANT="40", PYQUANT_INT4_SM90_MIN_M=str(1 << 40))
-    x = _as_t(rng.standard_normal((m, k)), dtype)
-    first = run_cuda(sess, x, n, dtype)
-    for _ in range(5):
-        assert np.array_equal(run_cuda(sess, x, n, dtype), first)
-
-
-@pytest.mark.parametrize("m", [1, 17, 100])
-def test_int4_shuffled_wide_deterministic(rng, m):
-    """The cluster split sums partial tiles in rank order: the same input gives bit-identical
-    outputs run after run (kS = 8 on this shape)."""
+@pytest.mark.parametrize("variant_m", [(8, 1), (8, 17), (8, 100), (40, 5), (40, 17), (40, 100)])
+def test_int4_shuffled_split_deterministic(rng, variant_m):
+    """The wide kernel's cluster split (variant 8, kS = 8 on this shape) and the staged kernel's
+    K splits (variant 40) sum partial tiles in a fixed order: the same input gives bit-identical
+    outputs run after run."""
+    variant, m = variant_m
     k, n, bs, dtype = 2048, 768, 128, "float16"
     model, *_ = _int4_case(rng, k, n, bs, dtype, False, True)
-    sess = _shuffled_session(model, PYQUANT_INT4_SHUF_VARIANT="8", PYQUANT_INT4_SM90_MIN_M=str(1 << 40))
+    sess = _shuffled_session(
+        model, PYQUANT_INT4_SHUF_VARIANT=str(variant), PYQUANT_INT4_SM90_MIN_M=str(1 << 40)
+    )
     x = _as_t(rng.standard_normal((m, k)), dtype)
     first = run_cuda(sess, x, n, dtype)
     for _ in range(5):

@@ -50,7 +50,8 @@ Methods (fp16 activations):
   pyquant_int4_nowide  the default dispatch without the wide kernel (PYQUANT_INT4_SHUF_VARIANT=-2;
                     the same as pyquant_int4 while the wide kernel is off by default) (not in the
                     default list)
-  pyquant_int4_from<M>  the Hopper GEMM from M on (PYQUANT_INT4_SM90_MIN_M) (not in the default list)
+  pyquant_int4_from<M>  the Hopper GEMM from M on (PYQUANT_INT4_SM90_MIN_M) (not in the default list);
+                    pyquant_int4_all_from<M> (M = 17, 33): the same with B shuffled on every layer
   pyquant_int4_again  the default again: an A/A control of the noise between methods (not in the default list)
   pyquant_int4_mid<v>  the 9 <= M <= 64 mma.sync kernel variant v (PYQUANT_INT4_MID_VARIANT, 0..13),
                     Hopper GEMM from M = 65 (not in the default list)
@@ -142,6 +143,10 @@ METHOD_ENV = {
     # the default dispatch without the wide kernel (PYQUANT_INT4_SHUF_VARIANT=-2)
     "pyquant_int4_nowide": {"PYQUANT_INT4_SHUF_VARIANT": "-2"},
     **{f"pyquant_int4_from{m}": {"PYQUANT_INT4_SM90_MIN_M": str(m)} for m in (17, 33, 49, 65, 129, 257)},
+    **{
+        f"pyquant_int4_all_from{m}": {"PYQUANT_INT4_SM90_MIN_M": str(m), "PYQUANT_INT4_SHUFFLE": "all"}
+        for m in (17, 33)
+    },
     "pyquant_int4_tiled": {"PYQUANT_INT4_TILED_MIN_M": "0", **_NO_SM90},
     "pyquant_int4_portable": _NO_SM90,
     # the small-M (mid) kernels at every M, in grid rows of 64 tokens (no tiled kernel, no Hopper GEMM)

@@ -592,13 +592,14 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
     const T* s = static_cast<const T*>(p.scales);
     const T* bias = static_cast<const T*>(p.bias);
     T* y = static_cast<T*>(p.y);
+    const int sms = CurrentSmCount();  // the default rules' one device query per launch
     const bool variant_is_staged =
         variant >= kInt4ShuffledStagedVariantBase && variant < kInt4ShuffledStagedVariantBase + 3;
     const bool variant_is_gemv = variant >= kInt4ShuffledGemvVariantBase && !variant_is_staged;
     const int gemv_config =
         variant_is_gemv ? variant - kInt4ShuffledGemvVariantBase
-        : variant < 0 && p.m <= kInt4ShuffledGemvMaxM && !Int4ShuffledStagedOverGemv(g.n, g.k, p.m, CurrentSmCount())
-            ? Int4ShuffledGemvDefaultConfig(g.n, p.m, CurrentSmCount())
+        : variant < 0 && p.m <= kInt4ShuffledGemvMaxM && !Int4ShuffledStagedOverGemv(g.n, g.k, p.m, sms)
+            ? Int4ShuffledGemvDefaultConfig(g.n, p.m, sms)
             : -1;
     if (AlignedTo(x, 16) && p.m <= kInt4ShuffledGemvMaxM && gemv_config >= 0) {
       // (kP, kTiles, threads, kU[, min CTAs]) per configuration: the comment above
@@ -626,7 +627,7 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
       return cudaGetLastError();
     }
     if (gemv_config < 0 && AlignedTo(x, 16) && g.m <= 65535 * 64 &&
-        (variant_is_staged || (variant < 0 && Int4ShuffledStagedByDefault(g.n, CurrentSmCount())))) {
+        (variant_is_staged || (variant < 0 && Int4ShuffledStagedByDefault(g.n, sms)))) {
       // The staged kernel (matmul_int4_staged.h; grid.y covers M in rows of up to 64 tokens).
       const int shape = variant_is_staged ? variant - kInt4ShuffledStagedVariantBase : kInt4StagedAuto;
       const cudaError_t e =

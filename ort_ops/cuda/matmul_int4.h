@@ -248,13 +248,6 @@ constexpr int kInt4ShuffledGemvVariantBase = 10;
 // against 16.5-17.3 (same file), 8192 x 8192 (2 CTAs per SM) M = 4 / 16 18.2 / 22.6 against 20.6
 // / 24.9 (…-s36-gemv-final-bench-cuda.md against …-s37-default-bench-cuda.md).
 constexpr int kInt4ShuffledStagedVariantBase = 40;
-// Variants kInt4ShuffledSlicedVariantBase + v (v = 0..4): the register mma kernel with 8 tokens per
-// CTA and 2 / 4 token slices of a column tile launched side by side (matmul_int4_shuffled_impl.cu,
-// kTS; v = 2, 3 also cap registers for 3 CTAs per SM), so that M = 9-32 keeps MT8 = 1's registers
-// (2 CTAs of 8 warps per SM; MT8 = 2 has one) while HBM streams each weight once; v = 4 / 5: MT8 = 2
-// capped for 2 CTAs per SM, without / with the X-ahead loads (LaunchShufMmaSliced).
-constexpr int kInt4ShuffledSlicedVariantBase = 50;
-constexpr int kInt4ShuffledSlicedCount = 6;
 constexpr bool Int4ShuffledStagedByDefault(int64_t n, int sms) { return n / 32 <= sms; }
 static_assert(Int4ShuffledStagedByDefault(4096, 132) && !Int4ShuffledStagedByDefault(8192, 132) &&
                   !Int4ShuffledStagedByDefault(14336, 132),

@@ -134,23 +134,16 @@ __device__ __forceinline__ void LoadShufGroup(ShufGroup<T, NT, U>& f, const uint
 // kXAhead: X's fragments of step s + 1 are loaded while step s's MMAs run (two register sets,
 // xs[s % 2]; U even, so a group's first step always uses set 0), instead of right before use.
 // Tokens >= M then read row M - 1 unmasked: their accumulators are never stored.
-// kTS: token slices of 8 MT8 tokens interleaved along grid.x next to each other (x = (column
-// tile, slice, K rank), K rank fastest): the kTS CTAs that read one column tile's weights are
-// launched together, so HBM serves those bytes once and L2 the other kTS - 1 times, while each CTA
-// keeps the smaller MT8's accumulators (grid.y then covers M beyond 8 MT8 kTS tokens).
-template <typename T, int MT8, int NT, int kWarps, int U, int kS, bool kXAhead = false, int kTS = 1, int kMinBlocks = 1>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+template <typename T, int MT8, int NT, int kWarps, int U, int kS, bool kXAhead = false>
+__global__ void __launch_bounds__(kWarps * 32)
     int4_shuffled_mma_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
                              const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
                              bool weights_early) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gr = lane >> 2, tq = lane & 3;
   const int rank = kS > 1 ? static_cast<int>(blockIdx.x % kS) : 0;  // K slice (cluster rank)
-  const int slice = kTS > 1 ? static_cast<int>((blockIdx.x / kS) % kTS) : 0;
-  const int nt0 = (blockIdx.x / (kS * kTS)) * NT;
-  const int m0 = (blockIdx.y * kTS + slice) * 8 * MT8;
-  // A whole cluster shares its slice, so all of its ranks leave here together (no cluster.sync).
-  if (kTS > 1 && m0 >= g.m) return;
+  const int nt0 = (blockIdx.x / kS) * NT;
+  const int m0 = blockIdx.y * 8 * MT8;
   const int groups = (g.k >> 4) / U;
   // Worker (warp, rank) takes groups worker, worker + kWarps * kS, ...
   const int worker = warp * kS + rank;
@@ -482,18 +475,13 @@ bool UseShufWide(int variant, int m) {
   return variant == -1 && m >= kInt4ShuffledWideMinM;
 }
 
-// kS > 1: clusters of kS CTAs split K (sm_90: the only GPUs where B is shuffled). kTS > 1: token
-// slices interleaved along grid.x (the kernel's comment). kMinBlocks: CTAs per SM the registers must
-// allow (__launch_bounds__).
-template <typename T, int MT8, int NT, int kWarps, int U, int kS = 1, bool kXAhead = false, int kTS = 1,
-          int kMinBlocks = 1>
+// kS > 1: clusters of kS CTAs split K (sm_90: the only GPUs where B is shuffled).
+template <typename T, int MT8, int NT, int kWarps, int U, int kS = 1, bool kXAhead = false>
 void LaunchShufMma(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y, const Int4Geom& g,
                    PdlMode pdl, cudaStream_t stream) {
-  constexpr int kRowTokens = 8 * MT8 * kTS;
-  const dim3 grid(static_cast<unsigned>(g.n / (16 * NT) * kS * kTS),
-                  static_cast<unsigned>((g.m + kRowTokens - 1) / kRowTokens));
-  (void)LaunchWithPdlCluster(int4_shuffled_mma_kernel<T, MT8, NT, kWarps, U, kS, kXAhead, kTS, kMinBlocks>, grid,
-                             dim3(32 * kWarps), 0, kS, stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
+  const dim3 grid(static_cast<unsigned>(g.n / (16 * NT) * kS), static_cast<unsigned>((g.m + 8 * MT8 - 1) / (8 * MT8)));
+  (void)LaunchWithPdlCluster(int4_shuffled_mma_kernel<T, MT8, NT, kWarps, U, kS, kXAhead>, grid, dim3(32 * kWarps), 0,
+                             kS, stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
 }
 
 template <typename T, int kP, int kTiles, int kThreads, int kU, int kMinBlocks = 1>
@@ -554,36 +542,10 @@ void LaunchShufMmaMt(int variant, int x_ahead_knob, const T* x, const uint8_t* b
   }
 }
 
-// Variants kInt4ShuffledSlicedVariantBase + v: the register mma kernel (NT4, 8 warps, U = 4, the K
-// split of the default rule) at MT8 = 1 (8 tokens per CTA) with kTS = 2 (v = 0, 2) or 4 (v = 1, 3)
-// token slices interleaved along grid.x; v = 2, 3 with registers capped for 3 CTAs per SM (ptxas,
-// sm_90a, fp16: 128 registers uncapped, 2 CTAs; capped: 80 with 144-212 bytes of spill). v = 4:
-// MT8 = 2 (16 tokens per CTA, no slices) capped for 2 CTAs per SM (uncapped 141-145 registers: one
-// CTA of 8 warps per SM), without (v = 4) or with (v = 5) the X-ahead loads.
-template <typename T, int MT8, int kTS, int kMinBlocks, bool kXAhead = false>
-void LaunchShufMmaSliced(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
-                         const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
-  if (g.n / 64 >= CurrentSmCount()) {
-    LaunchShufMma<T, MT8, 4, 8, 4, 1, kXAhead, kTS, kMinBlocks>(x, b, s, zp, bias, y, g, pdl, stream);
-  } else {
-    LaunchShufMma<T, MT8, 4, 8, 4, 2, kXAhead, kTS, kMinBlocks>(x, b, s, zp, bias, y, g, pdl, stream);
-  }
-}
-
 template <typename T>
 void LaunchShufMmaVariant(int variant, int x_ahead, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
                           const T* bias, T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
-  if (variant >= kInt4ShuffledSlicedVariantBase &&
-      variant < kInt4ShuffledSlicedVariantBase + kInt4ShuffledSlicedCount) {
-    switch (variant - kInt4ShuffledSlicedVariantBase) {
-      case 0: LaunchShufMmaSliced<T, 1, 2, 1>(x, b, s, zp, bias, y, g, pdl, stream); break;
-      case 1: LaunchShufMmaSliced<T, 1, 4, 1>(x, b, s, zp, bias, y, g, pdl, stream); break;
-      case 2: LaunchShufMmaSliced<T, 1, 2, 3>(x, b, s, zp, bias, y, g, pdl, stream); break;
-      case 3: LaunchShufMmaSliced<T, 1, 4, 3>(x, b, s, zp, bias, y, g, pdl, stream); break;
-      case 4: LaunchShufMmaSliced<T, 2, 1, 2>(x, b, s, zp, bias, y, g, pdl, stream); break;
-      default: LaunchShufMmaSliced<T, 2, 1, 2, true>(x, b, s, zp, bias, y, g, pdl, stream);
-    }
-  } else if (g.m <= 8) {
+  if (g.m <= 8) {
     LaunchShufMmaMt<T, 1>(variant, x_ahead, x, b, s, zp, bias, y, g, pdl, stream);
   } else if (g.m <= 16) {
     LaunchShufMmaMt<T, 2>(variant, x_ahead, x, b, s, zp, bias, y, g, pdl, stream);
@@ -633,9 +595,7 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
     const int sms = CurrentSmCount();  // the default rules' one device query per launch
     const bool variant_is_staged =
         variant >= kInt4ShuffledStagedVariantBase && variant < kInt4ShuffledStagedVariantBase + 3;
-    const bool variant_is_sliced = variant >= kInt4ShuffledSlicedVariantBase &&
-                                   variant < kInt4ShuffledSlicedVariantBase + kInt4ShuffledSlicedCount;
-    const bool variant_is_gemv = variant >= kInt4ShuffledGemvVariantBase && !variant_is_staged && !variant_is_sliced;
+    const bool variant_is_gemv = variant >= kInt4ShuffledGemvVariantBase && !variant_is_staged;
     const int gemv_config =
         variant_is_gemv ? variant - kInt4ShuffledGemvVariantBase
         : variant < 0 && p.m <= kInt4ShuffledGemvMaxM && !Int4ShuffledStagedOverGemv(g.n, g.k, p.m, sms)
@@ -678,7 +638,7 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
       const int wide = variant >= kInt4ShuffledWideVariantBase ? variant - kInt4ShuffledWideVariantBase : 0;
       return LaunchInt4ShufWide<T>(wide, knobs.wide_fill, x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
     } else if (AlignedTo(x, 4) && g.m <= 65535 * 64) {
-      const bool mma_variant = (variant >= 0 && variant < kInt4ShuffledWideVariantBase) || variant_is_sliced;
+      const bool mma_variant = variant >= 0 && variant < kInt4ShuffledWideVariantBase;
       LaunchShufMmaVariant<T>(mma_variant ? variant : -1, knobs.x_ahead, x, p.b, s, p.zero_points, bias, y, g, pdl,
                               stream);
     } else {

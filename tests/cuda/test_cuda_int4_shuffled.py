@@ -79,30 +79,6 @@ def test_int4_shuffled_mma_x_ahead(rng, variant, dtype, symmetric, k):
     _check_int4(sess, rng, [2, 5, 8, 9, 16, 17, 32, 40, 64, 300], k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
-@pytest.mark.parametrize("variant", range(50, 56))
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("symmetric", [True, False])
-@pytest.mark.parametrize(
-    "kn_bs",
-    [
-        (2048, 768, 64),  # N / 64 below the SM count: cluster K split kS = 2
-        (448, 8704, 128),  # N / 64 = 136: kS = 1 on an H100 / H200; 7 groups of 4 k16 steps
-    ],
-)
-def test_int4_shuffled_mma_sliced(rng, variant, dtype, symmetric, kn_bs):
-    """The register mma kernel with token slices side by side (variants 50-53: 8 tokens per CTA,
-    2 / 4 slices, registers capped for 2 / 3 CTAs per SM, 80 with spills) and MT8 = 2 capped
-    (54, 55 with X-ahead), Hopper GEMM off: slices past M exit early (M = 9 with 4 slices), grid.y
-    covers M beyond 8 x slices tokens, partial token tiles."""
-    k, n, bs = kn_bs
-    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
-    sess = _shuffled_session(
-        model, PYQUANT_INT4_SHUF_VARIANT=str(variant), PYQUANT_INT4_SM90_MIN_M=str(1 << 40)
-    )
-    ms = [1, 3, 8, 9, 16, 17, 24, 32, 33, 40, 64, 300]
-    _check_int4(sess, rng, ms, k, n, bs, dtype, b, scales_t, zp, bias_t)
-
-
 @pytest.mark.parametrize("variant", [8, 9])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("symmetric", [True, False])

@@ -105,36 +105,65 @@ def int4_weights_read_by_other_ops(model: Any) -> list[str]:
     return sorted(b_names & other & initializers)
 
 
+# make_session's int4_gpu_layout -> the PYQUANT_INT4_SHUFFLE value each CUDA MatMulInt4 node reads
+# when the session creates it (ort_ops/cuda/matmul_int4_op.cc; docs/ops.md, "GPU weight layout").
+INT4_GPU_LAYOUTS = {"default": "1", "all": "all", "row-major": "0"}
+
+
 def make_session(
     model: str | os.PathLike | bytes,
     providers: Sequence[Any] | str | None = None,
     options: ort.SessionOptions | None = None,
     strict: bool = False,
+    int4_gpu_layout: str | None = None,
 ) -> ort.InferenceSession:
     """An InferenceSession for `model` (path or serialized bytes) with pyquant's ops registered.
 
+    int4_gpu_layout: where the CUDA MatMulInt4 op on a Hopper GPU rewrites a constant B in place
+    into the tensor cores' order (docs/ops.md, "GPU weight layout"):
+      None: as the environment says (PYQUANT_INT4_SHUFFLE; unset: "default");
+      "default": layers of N * K >= 2^25 (4096 x 8192 and up), the choice for decode;
+      "all": every layer whose shape allows it, faster prefill (M >= 64) on smaller layers such as
+        4096 x 4096 but 20-30 % slower at M = 16-32 there (batched decode);
+      "row-major": none, B read as stored (sessions that bind other B buffers at run time).
+    It applies to this session only (the variable is set while the session is created, then
+    restored) and does not change memory: the session holds the packed weights once either way.
+
     With the CUDA provider, a MatMulInt4 weight that another op also reads keeps the row-major
-    layout for this session (PYQUANT_INT4_SHUFFLE=0 while it is created; a warning names the
-    weights): the in-place GPU layout would change what that op reads.
+    layout for this session (a warning names the weights): the in-place GPU layout would change
+    what that op reads. An explicit PYQUANT_INT4_SHUFFLE in the environment, without
+    int4_gpu_layout, skips that check (the caller decided).
     """
+    if int4_gpu_layout is not None and int4_gpu_layout not in INT4_GPU_LAYOUTS:
+        raise ValueError(
+            f"int4_gpu_layout={int4_gpu_layout!r}: expected None or one of {sorted(INT4_GPU_LAYOUTS)}"
+        )
     so = session_options(options)
     if isinstance(model, os.PathLike):
         model = os.fspath(model)
     resolved = resolve_providers(providers, strict)
     names = [p[0] if isinstance(p, tuple) else p for p in resolved]
+    shuffle = INT4_GPU_LAYOUTS[int4_gpu_layout] if int4_gpu_layout is not None else None
+    checked = int4_gpu_layout is not None or "PYQUANT_INT4_SHUFFLE" not in os.environ
     shared: list[str] = []
-    if "CUDAExecutionProvider" in names and "PYQUANT_INT4_SHUFFLE" not in os.environ:
+    if "CUDAExecutionProvider" in names and shuffle != "0" and checked:
         shared = int4_weights_read_by_other_ops(model)
-    if not shared:
+    if shared:
+        warnings.warn(
+            f"MatMulInt4 weights also read by other ops ({', '.join(shared[:5])}"
+            f"{', ...' if len(shared) > 5 else ''}): this session keeps B row-major on the GPU "
+            "(PYQUANT_INT4_SHUFFLE=0), which is slower on Hopper for large layers",
+            stacklevel=2,
+        )
+        shuffle = "0"
+    if shuffle is None:
         return ort.InferenceSession(model, sess_options=so, providers=resolved)
-    warnings.warn(
-        f"MatMulInt4 weights also read by other ops ({', '.join(shared[:5])}"
-        f"{', ...' if len(shared) > 5 else ''}): this session keeps B row-major on the GPU "
-        "(PYQUANT_INT4_SHUFFLE=0), which is slower on Hopper for large layers",
-        stacklevel=2,
-    )
-    os.environ["PYQUANT_INT4_SHUFFLE"] = "0"  # read by each CUDA node when the session creates it
+    before = os.environ.get("PYQUANT_INT4_SHUFFLE")
+    os.environ["PYQUANT_INT4_SHUFFLE"] = shuffle  # read by each CUDA node when the session creates it
     try:
         return ort.InferenceSession(model, sess_options=so, providers=resolved)
     finally:
-        os.environ.pop("PYQUANT_INT4_SHUFFLE", None)
+        if before is None:
+            os.environ.pop("PYQUANT_INT4_SHUFFLE", None)
+        else:
+            os.environ["PYQUANT_INT4_SHUFFLE"] = before

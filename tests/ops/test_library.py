@@ -1,5 +1,6 @@
 """The library as a package: loading, exported symbols, shape inference, layout agreement."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -214,6 +215,58 @@ def test_int4_weights_read_by_other_ops(rng):
     x = rng.standard_normal((2, k)).astype(np.float32)
     out = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"X": x}), strict=True))
     assert np.array_equal(out["B_copy"], b)
+
+
+def test_make_session_int4_gpu_layout(rng, monkeypatch):
+    """make_session(int4_gpu_layout=...) sets PYQUANT_INT4_SHUFFLE (what each CUDA MatMulInt4 node
+    reads, matmul_int4_op.cc) only while the session is created and restores the caller's value;
+    with the CUDA provider a B that another op reads forces "0" with a warning, unless the caller
+    set the variable without the argument; an unknown layout is a clear error."""
+    import onnx
+    from onnx import helper
+
+    import pyquant.ort as pq_ort
+    from pyquant import layout
+    from tests.ops.graphs import int4_model
+
+    k, n, bs = 64, 16, 32
+    b, s, _ = layout.quantize_int4_rtn(rng.standard_normal((n, k)).astype(np.float32), bs, symmetric=True)
+    model = int4_model(b, s, k, n, bs).SerializeToString()
+    shared = onnx.load_from_string(model)
+    shared.graph.node.append(helper.make_node("Identity", ["B"], ["B_copy"]))
+    shared.graph.output.append(helper.make_tensor_value_info("B_copy", onnx.TensorProto.UINT8, None))
+    shared = shared.SerializeToString()
+
+    seen: list[str | None] = []
+
+    def fake_session(model, sess_options=None, providers=None):
+        seen.append(os.environ.get("PYQUANT_INT4_SHUFFLE"))
+        return providers
+
+    monkeypatch.setattr(pq_ort.ort, "InferenceSession", fake_session)
+    monkeypatch.setattr(
+        pq_ort, "resolve_providers", lambda p, strict: ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    )
+    monkeypatch.delenv("PYQUANT_INT4_SHUFFLE", raising=False)
+
+    pq_ort.make_session(model)
+    pq_ort.make_session(model, int4_gpu_layout="all")
+    pq_ort.make_session(model, int4_gpu_layout="row-major")
+    assert seen == [None, "all", "0"] and "PYQUANT_INT4_SHUFFLE" not in os.environ
+
+    monkeypatch.setenv("PYQUANT_INT4_SHUFFLE", "0")
+    pq_ort.make_session(model, int4_gpu_layout="default")
+    assert seen[-1] == "1" and os.environ["PYQUANT_INT4_SHUFFLE"] == "0"
+
+    with pytest.warns(UserWarning, match="also read by other ops"):
+        pq_ort.make_session(shared, int4_gpu_layout="all")
+    assert seen[-1] == "0" and os.environ["PYQUANT_INT4_SHUFFLE"] == "0"
+    monkeypatch.setenv("PYQUANT_INT4_SHUFFLE", "all")  # the caller's explicit choice: not checked
+    pq_ort.make_session(shared)
+    assert seen[-1] == "all"
+
+    with pytest.raises(ValueError, match="int4_gpu_layout='shuffled'"):
+        pq_ort.make_session(model, int4_gpu_layout="shuffled")
 
 
 def test_fp8_tile_names_mirror_the_op():

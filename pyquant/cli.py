@@ -140,6 +140,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         progress=True,
         command=command,
         threads=args.threads,
+        int4_gpu_layout=args.int4_gpu_layout,
     )
     print()
     print(format_table(results))
@@ -231,6 +232,8 @@ def _add_model_args(p: argparse.ArgumentParser, scheme_default: str | None) -> N
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from pyquant.ort import INT4_GPU_LAYOUTS
+
     ap = argparse.ArgumentParser(
         prog="pyquant", description="Quantize, export and evaluate models for the pyquant ONNX Runtime ops."
     )
@@ -285,6 +288,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the quantized model in ONNX Runtime (default) or in PyTorch eager",
     )
     v.add_argument("--provider", action="append", default=[], help="ORT provider (cpu, cuda); default cpu")
+    v.add_argument(
+        "--int4-gpu-layout",
+        choices=tuple(INT4_GPU_LAYOUTS),
+        help="MatMulInt4's weight layout on a Hopper GPU (default: PYQUANT_INT4_SHUFFLE, else 'default'; "
+        "'all': every layer in the tensor-core order, faster prefill; docs/ops.md)",
+    )
     v.add_argument("--out-dir", help="keep the exported .onnx files here (default: a temporary directory)")
     v.add_argument("--results", help="write <path>.md and <path>.json")
     v.add_argument("--no-speed", action="store_true", help="skip the float export and latency measurement")

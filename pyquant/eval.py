@@ -146,11 +146,14 @@ def evaluate(
     progress: bool = True,
     command: str = "",
     threads: int | None = None,
+    int4_gpu_layout: str | None = None,
 ) -> list[EvalResult]:
     """Score the float model and each quantized scheme on the recipe's metric (see module doc).
 
     schemes: recipe scheme names, or (label, QuantizeConfig | pyquant.planner.Plan) pairs (a plan is
     checked against the model first). threads: ONNX Runtime intra-op threads (default: ORT's).
+    int4_gpu_layout: the quantized sessions' MatMulInt4 weight layout on a Hopper GPU
+    (pyquant.ort.make_session; None: as the environment says).
     """
     torch.manual_seed(0)
     recipe = get_recipe(model)
@@ -189,7 +192,12 @@ def evaluate(
             if runtime == "ort":
                 rep = export(wrapped, _example_inputs(), out_dir / f"{short}-{_file_label(scheme)}.onnx")
                 file_bytes = rep.file_bytes
-                sess = make_session(rep.path, providers=providers, options=_ort_options(threads))
+                sess = make_session(
+                    rep.path,
+                    providers=providers,
+                    options=_ort_options(threads),
+                    int4_gpu_layout=int4_gpu_layout,
+                )
                 fwd = metrics.ort_forward(sess)
                 rt = "onnxruntime-" + "-".join(str(p if isinstance(p, str) else p[0]) for p in providers)
             else:

@@ -35,7 +35,12 @@ def test_cli_list_and_errors(capsys) -> None:
     assert main(["export", "--model", "no-such-model", "--out", "x.onnx"]) == 2
     assert "unknown model 'no-such-model'" in capsys.readouterr().err
     args = build_parser().parse_args(["eval", "--scheme", "int4", "--scheme", "fp8-b128"])
-    assert args.scheme == ["int4", "fp8-b128"]
+    assert args.scheme == ["int4", "fp8-b128"] and args.int4_gpu_layout is None
+    args = build_parser().parse_args(["eval", "--provider", "cuda", "--int4-gpu-layout", "all"])
+    assert args.int4_gpu_layout == "all"  # passed to pyquant.ort.make_session (tests/ops/test_library.py)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["eval", "--int4-gpu-layout", "shuffled"])
+    assert "invalid choice: 'shuffled'" in capsys.readouterr().err
 
 
 def test_plan_command_arguments_and_errors(tmp_path, capsys) -> None:

@@ -127,7 +127,8 @@ def make_session(
         4096 x 4096 but 20-30 % slower at M = 16-32 there (batched decode);
       "row-major": none, B read as stored (sessions that bind other B buffers at run time).
     It applies to this session only (the variable is set while the session is created, then
-    restored) and does not change memory: the session holds the packed weights once either way.
+    restored; so sessions with different layouts should not be created from several threads at
+    once) and does not change memory: the session holds the packed weights once either way.
 
     With the CUDA provider, a MatMulInt4 weight that another op also reads keeps the row-major
     layout for this session (a warning names the weights): the in-place GPU layout would change

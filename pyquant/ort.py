@@ -145,9 +145,9 @@ def make_session(
     resolved = resolve_providers(providers, strict)
     names = [p[0] if isinstance(p, tuple) else p for p in resolved]
     shuffle = INT4_GPU_LAYOUTS[int4_gpu_layout] if int4_gpu_layout is not None else None
-    checked = int4_gpu_layout is not None or "PYQUANT_INT4_SHUFFLE" not in os.environ
+    check_shared = int4_gpu_layout is not None or "PYQUANT_INT4_SHUFFLE" not in os.environ
     shared: list[str] = []
-    if "CUDAExecutionProvider" in names and shuffle != "0" and checked:
+    if "CUDAExecutionProvider" in names and shuffle != "0" and check_shared:
         shared = int4_weights_read_by_other_ops(model)
     if shared:
         warnings.warn(

@@ -10,9 +10,10 @@ latency (bench/results/2026-11-28-notes-s39.md).
 
 A .cu file is compiled here to a cubin with the project's flags for sm_90a (`--arch` to change;
 nvcc from $CUDA_HOME or /usr/local/cuda; headers from .deps/ as CMake fetches them). The SASS and
-each kernel's registers and stack frame (spills) come from cuobjdump: $CUOBJDUMP, PATH, the CUDA
-directory, or else the PyPI wheel nvidia-cuda-cuobjdump, downloaded once with pip's configured
-index into .deps/cuobjdump (the machines that build this project may have nvcc without it).
+each kernel's registers and stack frame (spills) come from cuobjdump (which runs nvdisasm):
+$CUOBJDUMP, PATH, the CUDA directory, or else the PyPI wheels nvidia-cuda-cuobjdump and
+nvidia-cuda-nvdisasm, downloaded once with pip's configured index into .deps/cuobjdump (the
+machines that build this project may have nvcc without them).
 
 Loops are the ranges [target, branch] of backward branches; for each the instruction count and
 the most frequent opcodes (predicates and modifiers stripped: IMAD.WIDE counts as IMAD)."""
@@ -95,27 +96,42 @@ def parse_res_usage(text: str) -> dict[str, tuple[int, int]]:
     return out
 
 
-def find_cuobjdump() -> str:
-    for cand in (os.environ.get("CUOBJDUMP"), shutil.which("cuobjdump")):
-        if cand and Path(cand).exists():
-            return cand
-    cuda = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "cuobjdump"
-    if cuda.exists():
-        return str(cuda)
-    cached = REPO / ".deps" / "cuobjdump" / "nvidia" / "cu13" / "bin" / "cuobjdump"
-    if not cached.exists():
-        print("cuobjdump not found: fetching nvidia-cuda-cuobjdump into .deps/cuobjdump", file=sys.stderr)
+def find_cuobjdump() -> tuple[str, dict[str, str]]:
+    """The cuobjdump to run and its environment (cuobjdump -sass runs nvdisasm from PATH)."""
+    env = dict(os.environ)
+    cuda_bin = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin"
+    for cand in (os.environ.get("CUOBJDUMP"), shutil.which("cuobjdump"), str(cuda_bin / "cuobjdump")):
+        if not cand or not Path(cand).exists():
+            continue
+        here = Path(cand).parent
+        if (here / "nvdisasm").exists() or shutil.which("nvdisasm"):
+            env["PATH"] = f"{here}{os.pathsep}{env.get('PATH', '')}"
+            return cand, env
+    deps = REPO / ".deps" / "cuobjdump"
+    bin_dir = deps / "nvidia" / "cu13" / "bin"
+    if not ((bin_dir / "cuobjdump").exists() and (bin_dir / "nvdisasm").exists()):
+        print("cuobjdump / nvdisasm not found: fetching their wheels into .deps/cuobjdump", file=sys.stderr)
         with tempfile.TemporaryDirectory() as tmp:
             subprocess.run(
                 [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d", tmp]
-                + ["nvidia-cuda-cuobjdump"],
+                + ["nvidia-cuda-cuobjdump", "nvidia-cuda-nvdisasm"],
                 check=True,
             )
-            (whl,) = Path(tmp).glob("*.whl")
-            with zipfile.ZipFile(whl) as z:
-                z.extractall(REPO / ".deps" / "cuobjdump")
-        cached.chmod(0o755)
-    return str(cached)
+            for whl in Path(tmp).glob("*.whl"):
+                with zipfile.ZipFile(whl) as z:
+                    z.extractall(deps)
+        for tool in ("cuobjdump", "nvdisasm"):
+            (bin_dir / tool).chmod(0o755)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    return str(bin_dir / "cuobjdump"), env
+
+
+def run_cuobjdump(flag: str, cubin: Path) -> str:
+    tool, env = find_cuobjdump()
+    r = subprocess.run([tool, flag, str(cubin)], capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        sys.exit(f"{tool} {flag} failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
+    return r.stdout
 
 
 def compile_cubin(src: Path, arch: str, out: Path) -> str:
@@ -159,11 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.source.suffix == ".cu":
             cubin = Path(tmp) / "k.cubin"
             compile_cubin(args.source, args.arch, cubin)
-        tool = find_cuobjdump()
-        sass, usage = (
-            subprocess.run([tool, flag, str(cubin)], capture_output=True, text=True, check=True).stdout
-            for flag in ("-sass", "-res-usage")
-        )
+        sass, usage = run_cuobjdump("-sass", cubin), run_cuobjdump("-res-usage", cubin)
     print(report(sass, usage, args.kernel, args.loops))
     return 0
 

@@ -244,12 +244,14 @@ def bench_ort(method, model_bytes, k, n, layers, m_list, use_graph=True, prepare
     opts = {"device_id": "0"}
     if use_graph:
         opts["enable_cuda_graph"] = "1"
-    so = session_options()
-    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-    so.log_severity_level = 3
     env = METHOD_ENV.get(method, {})
-    os.environ.update(env)  # read at kernel creation
+    if "PYQUANT_LIBRARY" in env and not env["PYQUANT_LIBRARY"]:
+        raise SystemExit(f"{method}: set PYQUANT_ALT_LIBRARY to the other build's libpyquant_ops.so")
+    os.environ.update(env)  # read at kernel creation (PYQUANT_LIBRARY: by session_options)
     try:
+        so = session_options()
+        so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+        so.log_severity_level = 3
         sess = ort.InferenceSession(model_bytes, sess_options=so, providers=[("CUDAExecutionProvider", opts)])
     finally:
         for key in env:
@@ -417,6 +419,9 @@ def main():
         "onnxruntime": ort.__version__,
         "torch": torch.__version__,
         "pyquant_build": pyquant.build_info(),
+        # the *_alt methods' library (another build) and the commit it was built from
+        "alt_library": os.environ.get("PYQUANT_ALT_LIBRARY"),
+        "alt_commit": os.environ.get("PYQUANT_ALT_COMMIT"),
         "block_size": BLOCK,
         "pyquant_cuda_kernels": os.environ.get("PYQUANT_CUDA_KERNELS", "fast"),
         "timed_batches": 5 if args.sequential else args.rounds,
@@ -552,6 +557,11 @@ def markdown(meta, rows, m_list, methods):
         f"commit `{meta['commit']}`; onnxruntime {meta['onnxruntime']}, torch {meta['torch']}; "
         f"copy bandwidth {meta['copy_bandwidth_TBps']:.2f} TB/s (read + write). Command: `{meta['command']}`",
         "",
+        *(
+            [f"`*_alt` methods: the library `{meta['alt_library']}`, commit `{meta.get('alt_commit')}`.", ""]
+            if any(m.endswith("_alt") for m in methods) and meta.get("alt_library")
+            else []
+        ),
         f"µs per layer (median of {meta.get('timed_batches', 5)} timed batches of R CUDA-graph replays, "
         f"synchronised at both ends; {meta.get('timing', 'methods timed one after the other')}; "
         "each model holds L layers "

@@ -53,6 +53,9 @@ Methods (fp16 activations):
   pyquant_int4_from<M>  the Hopper GEMM from M on (PYQUANT_INT4_SM90_MIN_M) (not in the default list);
                     pyquant_int4_all_from<M> (M = 17, 33): the same with B shuffled on every layer
   pyquant_int4_again  the default again: an A/A control of the noise between methods (not in the default list)
+  pyquant_int4_alt / pyquant_fp8_alt  the default of another build of the library, the one at
+                    $PYQUANT_ALT_LIBRARY (bench/device/build_alt.sh): two commits' kernels timed in one
+                    process, interleaved (not in the default list)
   pyquant_int4_mid<v>  the 9 <= M <= 64 mma.sync kernel variant v (PYQUANT_INT4_MID_VARIANT, 0..13),
                     Hopper GEMM from M = 65 (not in the default list)
   pyquant_int4_r32 / _mid<v>r32  the same (default variant / variant v) with 32 rows per CTA at
@@ -341,4 +344,10 @@ METHOD_ENV = {
     # triggers it late (the default since session 15), or not above 512 (the earlier default).
     "pyquant_fp8_gpdl": {"PYQUANT_FP8_GEMM_PDL": "late"},
     "pyquant_fp8_g512": {"PYQUANT_FP8_GEMM_PDL": "upto512"},
+    # A / B of two builds in one process: the op library at $PYQUANT_ALT_LIBRARY (another commit's
+    # libpyquant_ops.so, e.g. from bench/device/build_alt.sh) registered in these methods' sessions
+    **{
+        f"pyquant_{op}_alt": {"PYQUANT_LIBRARY": os.environ.get("PYQUANT_ALT_LIBRARY", "")}
+        for op in ("int4", "fp8")
+    },
 }

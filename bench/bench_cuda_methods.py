@@ -53,9 +53,10 @@ Methods (fp16 activations):
   pyquant_int4_from<M>  the Hopper GEMM from M on (PYQUANT_INT4_SM90_MIN_M) (not in the default list);
                     pyquant_int4_all_from<M> (M = 17, 33): the same with B shuffled on every layer
   pyquant_int4_again  the default again: an A/A control of the noise between methods (not in the default list)
-  pyquant_int4_alt / pyquant_fp8_alt  the default of another build of the library, the one at
-                    $PYQUANT_ALT_LIBRARY (bench/device/build_alt.sh): two commits' kernels timed in one
-                    process, interleaved (not in the default list)
+  pyquant_int4_alt / pyquant_fp8_alt  another build of the library, the one at $PYQUANT_ALT_LIBRARY
+                    (bench/device/build_alt.sh), with the knobs of $PYQUANT_ALT_ENV ("NAME=value,...")
+                    if given: two commits' kernels timed in one process, interleaved (not in the
+                    default list)
   pyquant_int4_mid<v>  the 9 <= M <= 64 mma.sync kernel variant v (PYQUANT_INT4_MID_VARIANT, 0..13),
                     Hopper GEMM from M = 65 (not in the default list)
   pyquant_int4_r32 / _mid<v>r32  the same (default variant / variant v) with 32 rows per CTA at
@@ -107,9 +108,21 @@ METHODS = [
     "torch_scaled_mm",
 ]
 
+
 # Variants of pyquant_int4 selected through the library's environment switches (read when a
 # kernel is created): the tiled mma.sync kernel at every M, the portable kernels only (Hopper GEMM
 # off), the Hopper GEMM from M = 1, and the M <= 8 kernel variants of matmul_int4_impl.cu.
+def _alt_knobs() -> dict[str, str]:
+    """$PYQUANT_ALT_ENV ("NAME=value,...") as a dict: the *_alt methods' extra environment."""
+    out = {}
+    for item in filter(None, (p.strip() for p in os.environ.get("PYQUANT_ALT_ENV", "").split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or not name.startswith("PYQUANT_"):
+            raise SystemExit(f"PYQUANT_ALT_ENV: {item!r} is not PYQUANT_<NAME>=<value>")
+        out[name] = value
+    return out
+
+
 _NO_SM90 = {"PYQUANT_INT4_SM90_MIN_M": str(1 << 40), "PYQUANT_INT4_SHUFFLE": "0"}
 _PLAIN = {"PYQUANT_INT4_SHUFFLE": "0"}  # B read row-major as stored (the kernels of other GPUs)
 METHOD_ENV = {
@@ -345,9 +358,10 @@ METHOD_ENV = {
     "pyquant_fp8_gpdl": {"PYQUANT_FP8_GEMM_PDL": "late"},
     "pyquant_fp8_g512": {"PYQUANT_FP8_GEMM_PDL": "upto512"},
     # A / B of two builds in one process: the op library at $PYQUANT_ALT_LIBRARY (another commit's
-    # libpyquant_ops.so, e.g. from bench/device/build_alt.sh) registered in these methods' sessions
+    # libpyquant_ops.so, e.g. from bench/device/build_alt.sh) registered in these methods' sessions,
+    # with the knobs of $PYQUANT_ALT_ENV ("NAME=value,NAME=value") for that build only
     **{
-        f"pyquant_{op}_alt": {"PYQUANT_LIBRARY": os.environ.get("PYQUANT_ALT_LIBRARY", "")}
+        f"pyquant_{op}_alt": {"PYQUANT_LIBRARY": os.environ.get("PYQUANT_ALT_LIBRARY", ""), **_alt_knobs()}
         for op in ("int4", "fp8")
     },
 }

@@ -28,6 +28,22 @@ def test_alt_methods_take_the_other_library(monkeypatch):
     assert "pyquant_int4_alt" not in mod.METHODS  # not in the default list
 
 
+def test_alt_env_knobs(monkeypatch):
+    monkeypatch.setenv("PYQUANT_ALT_ENV", "PYQUANT_INT4_SHUF_XAHEAD=2, PYQUANT_INT4_SHUF_VARIANT=4")
+    mod = _methods_module(monkeypatch, "/x/lib.so")
+    assert mod.METHOD_ENV["pyquant_int4_alt"] == {
+        "PYQUANT_LIBRARY": "/x/lib.so",
+        "PYQUANT_INT4_SHUF_XAHEAD": "2",
+        "PYQUANT_INT4_SHUF_VARIANT": "4",
+    }
+    assert "PYQUANT_INT4_SHUF_XAHEAD" not in mod.METHOD_ENV["pyquant_int4_all"]  # the alt build's only
+    monkeypatch.setenv("PYQUANT_ALT_ENV", "XAHEAD=2")
+    with pytest.raises(SystemExit, match="PYQUANT_ALT_ENV"):
+        _methods_module(monkeypatch, "/x/lib.so")
+    monkeypatch.delenv("PYQUANT_ALT_ENV")
+    _methods_module(monkeypatch, None)  # leave the module as the other tests expect
+
+
 def test_alt_method_without_library_stops_clearly(monkeypatch):
     _methods_module(monkeypatch, None)
     with pytest.raises(SystemExit, match="PYQUANT_ALT_LIBRARY"):

@@ -109,9 +109,6 @@ METHODS = [
 ]
 
 
-# Variants of pyquant_int4 selected through the library's environment switches (read when a
-# kernel is created): the tiled mma.sync kernel at every M, the portable kernels only (Hopper GEMM
-# off), the Hopper GEMM from M = 1, and the M <= 8 kernel variants of matmul_int4_impl.cu.
 def _alt_knobs() -> dict[str, str]:
     """$PYQUANT_ALT_ENV ("NAME=value,...") as a dict: the *_alt methods' extra environment."""
     out = {}
@@ -123,6 +120,9 @@ def _alt_knobs() -> dict[str, str]:
     return out
 
 
+# Variants of pyquant_int4 selected through the library's environment switches (read when a
+# kernel is created): the tiled mma.sync kernel at every M, the portable kernels only (Hopper GEMM
+# off), the Hopper GEMM from M = 1, and the M <= 8 kernel variants of matmul_int4_impl.cu.
 _NO_SM90 = {"PYQUANT_INT4_SM90_MIN_M": str(1 << 40), "PYQUANT_INT4_SHUFFLE": "0"}
 _PLAIN = {"PYQUANT_INT4_SHUFFLE": "0"}  # B read row-major as stored (the kernels of other GPUs)
 METHOD_ENV = {

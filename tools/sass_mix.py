@@ -126,15 +126,14 @@ def find_cuobjdump() -> tuple[str, dict[str, str]]:
     return str(bin_dir / "cuobjdump"), env
 
 
-def run_cuobjdump(flag: str, cubin: Path) -> str:
-    tool, env = find_cuobjdump()
+def run_cuobjdump(tool: str, env: dict[str, str], flag: str, cubin: Path) -> str:
     r = subprocess.run([tool, flag, str(cubin)], capture_output=True, text=True, env=env)
     if r.returncode != 0:
         sys.exit(f"{tool} {flag} failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
     return r.stdout
 
 
-def compile_cubin(src: Path, arch: str, out: Path) -> str:
+def compile_cubin(src: Path, arch: str, out: Path) -> None:
     nvcc = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc"
     cmd = [str(nvcc), "-std=c++17", "-O3", "--expt-relaxed-constexpr", "-lineinfo", f"-arch={arch}"]
     cmd += ["-I", str(REPO / "ort_ops"), "-I", str(REPO / ".deps" / "onnxruntime" / "include")]
@@ -175,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.source.suffix == ".cu":
             cubin = Path(tmp) / "k.cubin"
             compile_cubin(args.source, args.arch, cubin)
-        sass, usage = run_cuobjdump("-sass", cubin), run_cuobjdump("-res-usage", cubin)
+        tool, env = find_cuobjdump()  # once: it may fetch the wheels
+        sass, usage = (run_cuobjdump(tool, env, flag, cubin) for flag in ("-sass", "-res-usage"))
     print(report(sass, usage, args.kernel, args.loops))
     return 0
 

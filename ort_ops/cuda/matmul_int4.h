@@ -40,14 +40,17 @@ constexpr int64_t kInt4MidRowsMaxK = 2048;
 // (0.49 eligible warps per scheduler, 5 cycles between a warp's instructions); PYQUANT_INT4_WIDE_FILL
 // (read at kernel creation, Int4ShufKnobs::wide_fill) sets it for benchmarks.
 constexpr int kInt4ShuffledWideFill = 75;
-// The register mma kernel with each k16 step's X fragments loaded one step ahead (during the
-// previous step's MMAs) instead of right before their use: Nsight Compute on 4096 x 14336, M = 16
+// The register mma kernel with each k16 step's X fragments loaded ahead (during earlier steps'
+// MMAs) instead of right before their use: Nsight Compute on 4096 x 14336, M = 16
 // (bench/results/2026-11-24-h100-s11-ncu-shufmma-m16w.txt) has 30 % of its stall cycles waiting on
-// L1TEX loads, and the weights are already a group ahead. Default for 9 <= M <= 16 (MT8 = 2) only:
-// H100, same run, M = 16: 19.3 / 22.4 us against 19.8 / 23.1 on 4096 x 14336 / 8192 x 8192, but
-// M = 2-8 6 % slower (15.5 vs 14.5 us) and M = 32-128 even or slower
-// (bench/results/2026-11-24-h100-s11-xahead-bench-cuda.md).
-constexpr bool Int4ShuffledXAheadByDefault(int mt8) { return mt8 == 2; }
+// L1TEX loads, and the weights are already a group ahead. Session 11 (H100, the loop before session
+// 40's leaner one): one step ahead paid at 9 <= M <= 16 only (19.3 / 22.4 us against 19.8 / 23.1 at
+// M = 16 on 4096 x 14336 / 8192 x 8192; M = 2-8 6 % slower; 2026-11-24-h100-s11-xahead-bench-cuda.md).
+// Session 40 (H200, the leaner loop; 2026-11-28-h200-s40-addr-xa{1,2}-bench-cuda.md): two steps
+// ahead at every M <= 16 (MT8 <= 2), 11.7 / 11.8 / 15.7 / 16.2 us at M = 5 / 8 / 12 / 16 on
+// 4096 x 14336 and 13.3 / 14.6 / 18.1 / 19.3 on 8192 x 8192, against 11.8 / 12.3 / 15.3 / 16.5 and
+// 14.9 / 15.5 / 17.8 / 19.5 one step ahead. Steps ahead by default, per MT8 (0 = none):
+constexpr int Int4ShuffledXAheadDefault(int mt8) { return mt8 <= 2 ? 2 : 0; }
 struct Int4Workspace {
   void* data = nullptr;
   size_t bytes = 0;
@@ -56,8 +59,8 @@ struct Int4Workspace {
 // environment at kernel creation (matmul_int4_op.cc); the defaults are the production choice.
 //   variant: PYQUANT_INT4_SHUF_VARIANT, -1 = the default dispatch (see kInt4ShuffledGemvVariantBase);
 //   wide_fill: PYQUANT_INT4_WIDE_FILL, the wide kernel's K-split target (kInt4ShuffledWideFill);
-//   x_ahead: PYQUANT_INT4_SHUF_XAHEAD = 0 / 1, the register mma kernel's X fragments loaded one k16
-//     step ahead of their MMAs (-1 = Int4ShuffledXAheadByDefault).
+//   x_ahead: PYQUANT_INT4_SHUF_XAHEAD = 0 / 1 / 2, the register mma kernel's X fragments loaded one
+//     (2: two, at MT8 <= 2) k16 steps ahead of their MMAs (-1 = Int4ShuffledXAheadDefault).
 struct Int4ShufKnobs {
   int variant = -1;
   int wide_fill = kInt4ShuffledWideFill;

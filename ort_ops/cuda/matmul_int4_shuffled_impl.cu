@@ -108,34 +108,82 @@ __device__ __forceinline__ uint32_t LoadStream4(const void* p) {
 template <typename T, int NT, int U>
 struct ShufGroup {
   uint32_t q[U][NT];  // the lane's word of tile j at step u
-  float s[NT][2];     // scales of rows r0, r1 of tile j
+  T s[NT][2];         // scales of rows r0, r1 of tile j
   int z[NT][2];       // zero points
 };
 
+// Where one warp's loads start, computed once per thread so that the loop adds constants to
+// pointers instead of redoing 64-bit index arithmetic per load (session 39: 608 SASS instructions
+// per group of 16 tile-steps at M = 16, ~250 of them address arithmetic, in a kernel bound by
+// issue latency).
+//   b: the lane's word of tile nt0 at k16 step 0; step_bytes: one k16 step of all N (N / 16 tiles);
+//   s: scale row 16 nt0 + r (r = lane / 4), row stride nb; zp: its zero-point row or nullptr.
+template <typename T>
+struct ShufLanePointers {
+  const uint8_t* b;
+  int64_t step_bytes;
+  const T* s;
+  const uint8_t* zp;
+};
+
+template <typename T>
+__device__ __forceinline__ ShufLanePointers<T> MakeShufLanePointers(const uint8_t* __restrict__ b,
+                                                                    const T* __restrict__ scales,
+                                                                    const uint8_t* __restrict__ zp, const Int4Geom& g,
+                                                                    int nt0, int lane) {
+  const int64_t row = 16 * int64_t(nt0) + (lane >> 2);
+  ShufLanePointers<T> p;
+  p.b = b + int64_t(nt0) * kInt4ShuffleTileBytes + 4 * lane;
+  p.step_bytes = int64_t(g.n >> 4) * kInt4ShuffleTileBytes;
+  p.s = scales + row * g.nb;
+  p.zp = zp ? zp + row * g.zp_row_bytes : nullptr;
+  return p;
+}
+
+// Group grp (U k16 steps from step grp * U) of the lane's NT tiles: bg = the lane's word of tile
+// nt0 at the group's first step (lp.b + grp * U * step_bytes, kept by the caller's loop).
 template <typename T, int NT, int U>
-__device__ __forceinline__ void LoadShufGroup(ShufGroup<T, NT, U>& f, const uint8_t* __restrict__ b,
-                                              const T* __restrict__ scales, const uint8_t* __restrict__ zp,
-                                              const Int4Geom& g, int nt0, int grp, int lane) {
-  const int ntt = g.n >> 4, step0 = grp * U;
+__device__ __forceinline__ void LoadShufGroup(ShufGroup<T, NT, U>& f, const uint8_t* bg, const ShufLanePointers<T>& lp,
+                                              const Int4Geom& g, int grp) {
 #pragma unroll
-  for (int u = 0; u < U; ++u)
+  for (int u = 0; u < U; ++u) {
+    const uint8_t* bu = bg + u * lp.step_bytes;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) f.q[u][j] = LoadStream4(bu + j * kInt4ShuffleTileBytes);
+  }
+  const int blk = (grp * U * 16) >> g.bs_log2;
+  const int64_t row8 = 8 * int64_t(g.nb);  // 8 rows of scales
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) f.s[j][h] = __ldg(lp.s + (2 * j + h) * row8 + blk);
+  if (lp.zp != nullptr) {
+    const int64_t zrow8 = 8 * int64_t(g.zp_row_bytes);
 #pragma unroll
     for (int j = 0; j < NT; ++j)
-      f.q[u][j] = LoadStream4(b + (int64_t(nt0 + j) + int64_t(ntt) * (step0 + u)) * kInt4ShuffleTileBytes + 4 * lane);
-  const int blk = (step0 * 16) >> g.bs_log2;
-  const int r = lane >> 2;
 #pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    RowBlock(scales, zp, g, 16 * (nt0 + j) + r, blk, &f.s[j][0], &f.z[j][0]);
-    RowBlock(scales, zp, g, 16 * (nt0 + j) + r + 8, blk, &f.s[j][1], &f.z[j][1]);
+      for (int h = 0; h < 2; ++h) f.z[j][h] = Int4ZeroPointAt(lp.zp + (2 * j + h) * zrow8, blk);
+  } else {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) f.z[j][0] = f.z[j][1] = kInt4SymmetricZeroPoint;
   }
 }
 
-// kXAhead: X's fragments of step s + 1 are loaded while step s's MMAs run (two register sets,
-// xs[s % 2]; U even, so a group's first step always uses set 0), instead of right before use.
-// Tokens >= M then read row M - 1 unmasked: their accumulators are never stored.
-template <typename T, int MT8, int NT, int kWarps, int U, int kS, bool kXAhead = false>
-__global__ void __launch_bounds__(kWarps * 32)
+// kXAhead = 1: X's fragments of step s + 1 are loaded while step s's MMAs run (two register sets,
+// xs[s % 2]; U even, so a group's first step always uses set 0), instead of right before use;
+// 2: two steps ahead (four sets, one per step of a group: U = 4). Tokens >= M then read row M - 1
+// unmasked: their accumulators are never stored.
+// Occupancy: the 8-warp NT = 4 CTAs at MT8 <= 2 (the default at M = 3-16) are meant to run two
+// per SM (<= 128 registers); without the minimum ptxas (nvcc 13.0) gives the fp16 X-ahead MT8 = 2
+// instance 130 (one CTA per SM), with it 128 and no spill. Elsewhere no minimum (a minimum of 1
+// is not the same as none: session 38).
+template <int MT8, int NT, int kWarps>
+constexpr int ShufMmaMinCtas() {
+  return NT == 4 && kWarps == 8 && MT8 <= 2 ? 2 : 0;
+}
+
+template <typename T, int MT8, int NT, int kWarps, int U, int kS, int kXAhead = 0>
+__global__ void __launch_bounds__(kWarps * 32, ShufMmaMinCtas<MT8, NT, kWarps>())
     int4_shuffled_mma_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
                              const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
                              bool weights_early) {
@@ -161,44 +209,64 @@ __global__ void __launch_bounds__(kWarps * 32)
     xrow[i] = x + int64_t(min(tok, g.m - 1)) * g.k + 2 * tq;
   }
 
+  // Loop-carried pointers at this warp's current group: weights (bg) and X rows (xg, element
+  // k0 = grp * U * 16); the next group is kStride groups on, a compile-time distance for X.
+  constexpr int kStride = kWarps * kS;
+  const ShufLanePointers<T> lp = MakeShufLanePointers<T>(b, scales, zp, g, nt0, lane);
+  const int64_t group_bytes = int64_t(U) * lp.step_bytes;
+  int grp = worker;
+  const uint8_t* bg = lp.b + grp * group_bytes;
+  const T* xg[MT8];
+#pragma unroll
+  for (int i = 0; i < MT8; ++i) xg[i] = xrow[i] + grp * U * 16;
+
   PdlAllowDependents();
   if (!weights_early) PdlWaitPrimary();
   ShufGroup<T, NT, U> cur;
-  int grp = worker;
-  if (grp < groups) LoadShufGroup<T, NT, U>(cur, b, scales, zp, g, nt0, grp, lane);
+  if (grp < groups) LoadShufGroup<T, NT, U>(cur, bg, lp, g, grp);
   if (weights_early) PdlWaitPrimary();  // X and Y only after the previous grid is complete
-  static_assert(!kXAhead || U % 2 == 0, "X-ahead alternates two register sets per step");
+  static_assert(kXAhead == 0 || U % 2 == 0, "X-ahead alternates two register sets per step");
+  static_assert(kXAhead < 2 || U == 4, "X two steps ahead: four register sets, one per step of a group");
+  constexpr int kXSets = kXAhead == 0 ? 1 : kXAhead == 1 ? 2 : 4;
+  // X fragments at element offset k from the current group's start (constant after unrolling).
   auto load_x = [&](int k, uint32_t (&xb)[MT8][2]) {
 #pragma unroll
     for (int i = 0; i < MT8; ++i) {
-      xb[i][0] = __ldg(reinterpret_cast<const uint32_t*>(xrow[i] + k));
-      xb[i][1] = __ldg(reinterpret_cast<const uint32_t*>(xrow[i] + k + 8));
+      xb[i][0] = __ldg(reinterpret_cast<const uint32_t*>(xg[i] + k));
+      xb[i][1] = __ldg(reinterpret_cast<const uint32_t*>(xg[i] + k + 8));
     }
   };
-  uint32_t xs[kXAhead ? 2 : 1][MT8][2];
-  if constexpr (kXAhead) {
-    if (grp < groups) load_x(grp * U * 16, xs[0]);
+  uint32_t xs[kXSets][MT8][2];
+  if constexpr (kXAhead > 0) {
+    if (grp < groups) {
+#pragma unroll
+      for (int u = 0; u < kXAhead; ++u) load_x(u * 16, xs[u]);
+    }
   }
-  for (; grp < groups; grp += kWarps * kS) {
-    ShufGroup<T, NT, U> nxt;
-    const int gn = grp + kWarps * kS;
-    if (gn < groups) LoadShufGroup<T, NT, U>(nxt, b, scales, zp, g, nt0, gn, lane);
+  // One group: the next group's weights into `nxt` while `cur`'s MMAs run, then every pointer on
+  // to the next group. At MT8 = 1 it is called with the two register sets in alternation (the
+  // loop unrolled by two), so no register copy moves `nxt` into `cur` (~40 moves per group).
+  auto run_group = [&](const ShufGroup<T, NT, U>& cur, ShufGroup<T, NT, U>& nxt) {
+    const int gn = grp + kStride;
+    const uint8_t* bn = bg + kStride * group_bytes;
+    if (gn < groups) LoadShufGroup<T, NT, U>(nxt, bn, lp, g, gn);
     ShufRows<T> rows[NT];
 #pragma unroll
-    for (int j = 0; j < NT; ++j) rows[j] = MakeShufRows<T>(cur.s[j][0], cur.z[j][0], cur.s[j][1], cur.z[j][1]);
+    for (int j = 0; j < NT; ++j)
+      rows[j] = RowPairDecodeConstants<T>(cur.s[j][0], cur.z[j][0], cur.s[j][1], cur.z[j][1]);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int k = (grp * U + u) * 16;
-      uint32_t (&xb)[MT8][2] = xs[kXAhead ? (u & 1) : 0];
-      if constexpr (kXAhead) {
-        // the next step's fragments: this group's step u + 1, or the next group's first step
-        if (u + 1 < U) {
-          load_x(k + 16, xs[(u + 1) & 1]);
+      uint32_t (&xb)[MT8][2] = xs[u % kXSets];
+      if constexpr (kXAhead > 0) {
+        // the fragments kXAhead steps on: this group's step u + kXAhead, or the next group's
+        constexpr int kLead = kXAhead;
+        if (u + kLead < U) {
+          load_x((u + kLead) * 16, xs[(u + kLead) % kXSets]);
         } else if (gn < groups) {
-          load_x(gn * U * 16, xs[0]);
+          load_x(kStride * U * 16 + (u + kLead - U) * 16, xs[(u + kLead - U) % kXSets]);
         }
       } else {
-        load_x(k, xb);
+        load_x(u * 16, xb);
 #pragma unroll
         for (int i = 0; i < MT8; ++i) {
           xb[i][0] = xvalid[i] ? xb[i][0] : 0u;
@@ -213,7 +281,23 @@ __global__ void __launch_bounds__(kWarps * 32)
         for (int i = 0; i < MT8; ++i) Mma16816<T>(acc[j][i], a[0], a[1], a[2], a[3], xb[i][0], xb[i][1]);
       }
     }
-    cur = nxt;
+    grp = gn;
+    bg = bn;
+#pragma unroll
+    for (int i = 0; i < MT8; ++i) xg[i] += kStride * U * 16;
+  };
+  ShufGroup<T, NT, U> other;
+  if constexpr (MT8 == 1) {
+    while (grp < groups) {
+      run_group(cur, other);
+      if (grp >= groups) break;
+      run_group(other, cur);
+    }
+  } else {  // MT8 >= 2: the unrolled loop's registers would spill under the 128 cap
+    while (grp < groups) {
+      run_group(cur, other);
+      cur = other;
+    }
   }
 
   // Sum the warps' partial tiles (fixed order), one n16 tile at a time; with kS > 1 the CTA's sums
@@ -476,7 +560,7 @@ bool UseShufWide(int variant, int m) {
 }
 
 // kS > 1: clusters of kS CTAs split K (sm_90: the only GPUs where B is shuffled).
-template <typename T, int MT8, int NT, int kWarps, int U, int kS = 1, bool kXAhead = false>
+template <typename T, int MT8, int NT, int kWarps, int U, int kS = 1, int kXAhead = 0>
 void LaunchShufMma(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y, const Int4Geom& g,
                    PdlMode pdl, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(g.n / (16 * NT) * kS), static_cast<unsigned>((g.m + 8 * MT8 - 1) / (8 * MT8)));
@@ -511,25 +595,31 @@ int CurrentSmCount() {
 }
 
 // Variants 3 (kS = 2) and 4 (kS = 1), the default's two: (NT4, 8 warps, U = 4), with the X-ahead
-// kernel (kXAhead) when x_ahead.
+// kernel (kXAhead = x_ahead steps: 1, or 2 at MT8 <= 2) when x_ahead > 0.
 template <typename T, int MT8, int kS>
-void LaunchShufMmaNt4(bool x_ahead, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
+void LaunchShufMmaNt4(int x_ahead, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
                       const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   constexpr int kNt4 = MT8 <= 2 ? 4 : 2;
-  if (x_ahead) {
-    LaunchShufMma<T, MT8, kNt4, 8, 4, kS, true>(x, b, s, zp, bias, y, g, pdl, stream);
+  if constexpr (MT8 <= 2) {
+    if (x_ahead >= 2) {
+      LaunchShufMma<T, MT8, kNt4, 8, 4, kS, 2>(x, b, s, zp, bias, y, g, pdl, stream);
+      return;
+    }
+  }
+  if (x_ahead > 0) {
+    LaunchShufMma<T, MT8, kNt4, 8, 4, kS, 1>(x, b, s, zp, bias, y, g, pdl, stream);
   } else {
     LaunchShufMma<T, MT8, kNt4, 8, 4, kS>(x, b, s, zp, bias, y, g, pdl, stream);
   }
 }
 
-// x_ahead_knob (-1 = Int4ShuffledXAheadByDefault, 0, 1): the X-ahead kernels for variants 3 and 4.
+// x_ahead_knob (-1 = Int4ShuffledXAheadDefault, 0, 1, 2): the X-ahead kernels for variants 3 and 4.
 template <typename T, int MT8>
 void LaunchShufMmaMt(int variant, int x_ahead_knob, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
                      const T* bias, T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   constexpr int kNt4 = MT8 <= 2 ? 4 : 2;
   if (variant < 0) variant = g.n / 64 >= CurrentSmCount() ? 4 : 3;
-  const bool x_ahead = x_ahead_knob < 0 ? Int4ShuffledXAheadByDefault(MT8) : x_ahead_knob != 0;
+  const int x_ahead = x_ahead_knob < 0 ? Int4ShuffledXAheadDefault(MT8) : x_ahead_knob;
   switch (variant) {
     case 1: LaunchShufMma<T, MT8, 2, 8, 4>(x, b, s, zp, bias, y, g, pdl, stream); break;
     case 2: LaunchShufMma<T, MT8, 1, (MT8 <= 4 ? 16 : 8), 4>(x, b, s, zp, bias, y, g, pdl, stream); break;

@@ -104,30 +104,6 @@ __device__ __forceinline__ uint4 StagedLds128(const void* smem) {
   return v;
 }
 
-// The decode constants of one weight row in one block (DecodeShufWord's ShufRows with both of
-// its rows = this row) from its raw scale s (T) and zero point z (0..15), in integer arithmetic:
-// kBias + z is exact in T (fp16 0x6400 + z = 1024 + z; bf16 0x4300 + z = 128 + z), and so is
-// fp16's -(64 + z) = 0xD400 + 16 z (ulp 1/16 at 64).
-template <typename T>
-__device__ __forceinline__ ShufRows<T> StagedRow(T s, int z) {
-  constexpr uint32_t kBiasBits = std::is_same<T, __half>::value ? 0x6400u : 0x4300u;
-  ShufRows<T> r;
-  r.zb0 = (kBiasBits + uint32_t(z)) * 0x10001u;
-  r.zb1 = std::is_same<T, __half>::value ? (0xD400u + 16u * uint32_t(z)) * 0x10001u : r.zb0;
-  r.s0 = r.s1 = Pack2<T>(s, s);
-  return r;
-}
-
-// The same for the two rows g (s0, z0) and g + 8 (s1, z1) of one shuffled word.
-template <typename T>
-__device__ __forceinline__ ShufRows<T> StagedRows(T s0, int z0, T s1, int z1) {
-  ShufRows<T> r = StagedRow<T>(s0, z0);
-  const ShufRows<T> r1 = StagedRow<T>(s1, z1);
-  r.zb1 = r1.zb1;
-  r.s1 = r1.s1;
-  return r;
-}
-
 // A lane's scales and zero points of one stage: tile j, row half h (rows g, g + 8).
 template <typename T, int NT, bool kAsym>
 struct StagedScales {
@@ -167,7 +143,7 @@ __device__ __forceinline__ void ShufStep(float (&acc)[NT][MT8][4], const uint8_t
   auto rows_of = [&](int j) {
     const int z0 = kAsym ? Int4ZeroPointAt(&sc.z[kAsym ? j : 0][0], zp_nibble) : kInt4SymmetricZeroPoint;
     const int z1 = kAsym ? Int4ZeroPointAt(&sc.z[kAsym ? j : 0][1], zp_nibble) : kInt4SymmetricZeroPoint;
-    return StagedRows<T>(sc.s[j][0], z0, sc.s[j][1], z1);
+    return RowPairDecodeConstants<T>(sc.s[j][0], z0, sc.s[j][1], z1);
   };
   auto load_w = [&](int j, uint32_t (&wq)[4]) {
     Ldmatrix4(wq, ws + ((wn * NT + j) * kStageSteps + 4 * wk + mat) * kInt4ShuffleTileBytes + 16 * mrow);
@@ -363,7 +339,7 @@ __global__ void __launch_bounds__(32 * WN * WK, kMinBlocks)
     const int zp_nibble = (((s_begin + i) * S::kStageK + 64 * wk) >> g.bs_log2) & 1;
     auto row_of = [&](int j, int h) {
       const int z = kAsym ? Int4ZeroPointAt(&cur.z[j][h], zp_nibble) : kInt4SymmetricZeroPoint;
-      return StagedRow<T>(cur.s[j][h], z);
+      return RowDecodeConstants<T>(cur.s[j][h], z);
     };
     // Tile j's A registers of the span's two steps: [step][a0..a3].
     auto decode = [&](int j, int span, uint32_t (&a)[2][4]) {

@@ -61,19 +61,21 @@ def test_int4_shuffled_mma_variants(rng, variant, dtype, symmetric):
     _check_int4(sess, rng, [1, 3, 5, 8, 9, 16, 17, 32, 40, 64, 300], k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
+@pytest.mark.parametrize("x_ahead", ["0", "1", "2"])
 @pytest.mark.parametrize("variant", [3, 4])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize("k", [2048, 448])
-def test_int4_shuffled_mma_x_ahead(rng, variant, dtype, symmetric, k):
-    """The X-ahead register kernels (PYQUANT_INT4_SHUF_XAHEAD=1, variants 3 / 4) at every MT8,
-    Hopper GEMM off; K = 448 gives the warps 7 groups of 4 k16 steps: uneven, some warps none."""
+def test_int4_shuffled_mma_x_ahead(rng, x_ahead, variant, dtype, symmetric, k):
+    """The register kernels of variants 3 / 4 with X loaded 0, 1 or 2 k16 steps ahead
+    (PYQUANT_INT4_SHUF_XAHEAD; 2 applies at MT8 <= 2, one step at larger MT8) at every MT8, Hopper
+    GEMM off; K = 448 gives the warps 7 groups of 4 k16 steps: uneven, some warps none."""
     n, bs = 768, 64
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
     sess = _shuffled_session(
         model,
         PYQUANT_INT4_SHUF_VARIANT=str(variant),
-        PYQUANT_INT4_SHUF_XAHEAD="1",
+        PYQUANT_INT4_SHUF_XAHEAD=x_ahead,
         PYQUANT_INT4_SM90_MIN_M=str(1 << 40),
     )
     _check_int4(sess, rng, [2, 5, 8, 9, 16, 17, 32, 40, 64, 300], k, n, bs, dtype, b, scales_t, zp, bias_t)

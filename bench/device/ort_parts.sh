@@ -14,8 +14,8 @@ src="../shared/device/ort-gpu-parts.sh"
 [ -f "$src" ] || { echo "no $src (this workplace's ORT GPU splitter)"; exit 1; }
 grep -q 'split -b 52m' "$src" || { echo "$src no longer splits with 'split -b 52m': check it by hand"; exit 1; }
 tmp="$(mktemp)"
+trap 'rm -f "$tmp"' EXIT
 sed "s/split -b 52m/split -b ${mb}m/" "$src" > "$tmp"
 bash "$tmp"
-rm -f "$tmp"
 tree_mb=$(( $( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1) / 1048576 ))
 echo "tree ~${tree_mb} MiB + the largest part $(du -sm .device/ort/p0 | cut -f1) MiB (limit 64 MiB a call)"

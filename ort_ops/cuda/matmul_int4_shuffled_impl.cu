@@ -259,11 +259,10 @@ __global__ void __launch_bounds__(kWarps * 32, ShufMmaMinCtas<MT8, NT, kWarps>()
       uint32_t (&xb)[MT8][2] = xs[u % kXSets];
       if constexpr (kXAhead > 0) {
         // the fragments kXAhead steps on: this group's step u + kXAhead, or the next group's
-        constexpr int kLead = kXAhead;
-        if (u + kLead < U) {
-          load_x((u + kLead) * 16, xs[(u + kLead) % kXSets]);
+        if (u + kXAhead < U) {
+          load_x((u + kXAhead) * 16, xs[(u + kXAhead) % kXSets]);
         } else if (gn < groups) {
-          load_x(kStride * U * 16 + (u + kLead - U) * 16, xs[(u + kLead - U) % kXSets]);
+          load_x(kStride * U * 16 + (u + kXAhead - U) * 16, xs[(u + kXAhead - U) % kXSets]);
         }
       } else {
         load_x(u * 16, xb);

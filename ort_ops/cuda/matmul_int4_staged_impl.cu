@@ -231,74 +231,98 @@ __global__ void __launch_bounds__(32 * WN * WK, kMinBlocks)
   // Stage i (of this rank) into slot i % kStages. Thread tid copies pieces tid + q * kThreads:
   // W rows r = tid / kRowChunks + q * (kThreads / kRowChunks), chunk c = tid % kRowChunks (fixed);
   // X tokens t = tid / kXChunks + q * (kThreads / kXChunks), chunk tid % kXChunks.
+  // Every address part that does not change from stage to stage is computed here, once: rebuilt
+  // per piece and stage from its indices (64-bit products, the kernel parameters re-read from the
+  // constant bank), they took ~12 integer instructions per 16-byte copy and ~6 per scale load,
+  // about a quarter of the main loop's instructions (tools/sass_mix.py; notes s40). A stage's
+  // offsets below fit in 32 bits: B (shuffled: N K / 2 < 2^31, ShuffleInt4Weights) and X
+  // (M K < 2^31, ChooseInt4Path / LaunchMatMulInt4Shuffled) are under 2 GB.
   constexpr int kXChunks = S::kXRowBytes / 16;
   static_assert(S::kThreads % S::kRowChunks == 0 && S::kThreads % kXChunks == 0, "fixed chunk per thread");
   const int w_r = tid / S::kRowChunks, w_c = tid % S::kRowChunks;
   const int x_t = tid / kXChunks, x_c = tid % kXChunks;
-  const uint8_t* w_src = b + int64_t(row0 + w_r) * row_bytes + 16 * w_c;
-  const T* x_src = x + int64_t(m0 + x_t) * g.k + 8 * x_c;
+  constexpr int kWPieces = S::kWBytes / 16 / S::kThreads;
+  // Row-major W: piece q of stage i at w_src + q * w_q + i * kStageK / 2; its shared-memory chunk
+  // position is the same for every q (kThreads / 8 rows' swizzle periods per q step).
+  constexpr int kRowStep = S::kThreads / S::kRowChunks;
+  static_assert((S::kThreads / 8) % S::kRowChunks == 0, "one swizzled chunk position per thread");
+  const uint8_t* w_src =
+      PinnedPointer(b + int64_t(row0 + w_r) * row_bytes + int64_t(s_begin) * (S::kStageK / 2) + 16 * w_c);
+  const int64_t w_q = int64_t(kRowStep) * row_bytes;
+  const int w_dst = w_r * (S::kStageK / 2) + 16 * (w_c ^ ((w_r / (8 / S::kRowChunks)) % S::kRowChunks));
+  // X: piece q of stage i at x_src + q * x_q + i * kStageK (elements).
+  constexpr int kTokStep = S::kThreads / kXChunks;
+  const T* x_src = PinnedPointer(x + int64_t(m0 + x_t) * g.k + int64_t(s_begin) * S::kStageK + 8 * x_c);
+  const int x_q = kTokStep * g.k;
   // Shuffled order: stage i holds the k16 steps kStageSteps i .. of the CTA's kTiles n16 tiles;
   // for one step those tiles are contiguous in B (kTiles * 128 bytes). 16-byte piece index
   // tid + q * kThreads = (step, tile, piece c) with c fastest (consecutive threads, consecutive
   // global bytes), stored at [tile][step][128 bytes]: a tile's steps adjacent, so one ldmatrix.x4
-  // takes four steps of one tile. Tiles past N (the last CTA of a layer with N % kRows != 0) are
-  // zero-filled.
+  // takes four steps of one tile. kThreads is a multiple of 8 kTiles (NT <= 4 WK), so a thread's
+  // c and tile are the same in every piece and its step advances by kStepsPerQ per q. Tiles past N
+  // (the last CTA of a layer with N % kRows != 0) are zero-filled: their source is B itself with
+  // zero strides (a valid address that cp.async does not read).
   constexpr int kTiles = S::kRows / 16, kStageSteps = S::kStageK / 16;
+  static_assert(S::kThreads % (8 * kTiles) == 0, "a thread's tile and chunk fixed over its pieces");
+  constexpr int kStepsPerQ = S::kThreads / (8 * kTiles);
   const int n_tiles = g.n / 16;  // N % 128 == 0 wherever B is shuffled
-  auto load_w_shuffled = [&](int i) {
-    uint8_t* dst = w_stage(i % kStages);
-#pragma unroll
-    for (int q = 0; q < S::kWBytes / 16 / S::kThreads; ++q) {
-      const int pidx = tid + q * S::kThreads;
-      const int c = pidx % 8, tl = (pidx / 8) % kTiles, st = pidx / (8 * kTiles);
-      const bool valid = row0 / 16 + tl < n_tiles;
-      const int64_t tile = int64_t(row0 / 16 + tl) + int64_t(n_tiles) * (int64_t(s_begin + i) * kStageSteps + st);
-      const uint8_t* src = valid ? b + tile * kInt4ShuffleTileBytes + 16 * c : b;
-      CpAsync16(dst + (tl * kStageSteps + st) * kInt4ShuffleTileBytes + 16 * c, src, valid);
-    }
-  };
+  const int sh_c = tid % 8, sh_tl = (tid / 8) % kTiles, sh_st0 = tid / (8 * kTiles);
+  const bool sh_valid = row0 / 16 + sh_tl < n_tiles;
+  const uint8_t* sh_src =
+      sh_valid ? b +
+                     (int64_t(row0 / 16 + sh_tl) + int64_t(n_tiles) * (int64_t(s_begin) * kStageSteps + sh_st0)) *
+                         kInt4ShuffleTileBytes +
+                     16 * sh_c
+               : b;
+  const int sh_stage = sh_valid ? n_tiles * kStageSteps * kInt4ShuffleTileBytes : 0;  // B bytes per stage
+  const int sh_q = sh_valid ? n_tiles * kStepsPerQ * kInt4ShuffleTileBytes : 0;       // per q
+  const int sh_dst = (sh_tl * kStageSteps + sh_st0) * kInt4ShuffleTileBytes + 16 * sh_c;
   auto load_w = [&](int i) {
-    if constexpr (kShuf) {
-      load_w_shuffled(i);
-      return;
-    }
     uint8_t* dst = w_stage(i % kStages);
-    const int64_t kbyte = int64_t(s_begin + i) * (S::kStageK / 2);
-    constexpr int kRowStep = S::kThreads / S::kRowChunks;
+    if constexpr (kShuf) {
+      const uint8_t* src = sh_src + i * sh_stage;
 #pragma unroll
-    for (int q = 0; q < S::kWBytes / 16 / S::kThreads; ++q) {
-      const int r = w_r + q * kRowStep;
-      const bool valid = row0 + r < g.n;
-      const uint8_t* src = valid ? w_src + q * kRowStep * row_bytes + kbyte : b;
-      const int pc = w_c ^ ((r / (8 / S::kRowChunks)) % S::kRowChunks);
-      CpAsync16(dst + r * (S::kStageK / 2) + 16 * pc, src, valid);
+      for (int q = 0; q < kWPieces; ++q) {
+        CpAsync16(dst + sh_dst + q * kStepsPerQ * kInt4ShuffleTileBytes, src + q * sh_q, sh_valid);
+      }
+    } else {
+      const uint8_t* src = w_src + i * (S::kStageK / 2);
+#pragma unroll
+      for (int q = 0; q < kWPieces; ++q) {
+        const bool valid = row0 + w_r + q * kRowStep < g.n;
+        CpAsync16(dst + w_dst + q * kRowStep * (S::kStageK / 2), valid ? src + q * w_q : b, valid);
+      }
     }
   };
   auto load_x = [&](int i) {
     uint8_t* dst = x_stage(i % kStages);
-    const int64_t k0 = int64_t(s_begin + i) * S::kStageK;
-    constexpr int kTokStep = S::kThreads / kXChunks;
+    const T* src = x_src + i * S::kStageK;
 #pragma unroll
     for (int q = 0; q < (S::kTokens * kXChunks + S::kThreads - 1) / S::kThreads; ++q) {
       const int t = x_t + q * kTokStep;
       if (t < S::kTokens) {
         const bool valid = m0 + t < g.m;
-        const T* src = valid ? x_src + int64_t(q) * kTokStep * g.k + k0 : x;
-        CpAsync16(dst + t * S::kXRowBytes + 16 * XChunkAt<kShuf>(t, x_c), src, valid);
+        CpAsync16(dst + t * S::kXRowBytes + 16 * XChunkAt<kShuf>(t, x_c), valid ? src + q * x_q : x, valid);
       }
     }
   };
-  // This lane's scales of stage i: rows row0 + 16 (wn NT + j) + gr (+ 8), block of unit wk.
+  // This lane's scales of stage i: rows row0 + 16 (wn NT + j) + gr + 8 h, block of unit wk; row
+  // 16 j + 8 h of the lane's first, sc_row, is 8 (2 j + h) rows further on.
+  const int sc_first = row0 + 16 * wn * NT + gr;
+  const T* sc_row = PinnedPointer(scales + int64_t(sc_first) * g.nb);
+  const int sc_8rows = 8 * g.nb;
+  const uint8_t* zp_row = kAsym ? PinnedPointer(zp + int64_t(sc_first) * g.zp_row_bytes) : nullptr;
+  const int zp_8rows = 8 * g.zp_row_bytes;
   auto load_scales = [&](int i, StagedScales<T, NT, kAsym>& sc) {
     const int blk = ((s_begin + i) * S::kStageK + 64 * wk) >> g.bs_log2;
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int row = row0 + 16 * (wn * NT + j) + gr + 8 * h;
-        const bool valid = row < g.n;
-        sc.s[j][h] = valid ? scales[int64_t(row) * g.nb + blk] : StoreT<T>(0.0f);
-        if constexpr (kAsym) sc.z[j][h] = valid ? zp[int64_t(row) * g.zp_row_bytes + (blk >> 1)] : uint8_t{0x88};
+        const int r8 = 2 * j + h;  // row sc_first + 8 r8
+        const bool valid = sc_first + 8 * r8 < g.n;
+        sc.s[j][h] = valid ? sc_row[r8 * sc_8rows + blk] : StoreT<T>(0.0f);
+        if constexpr (kAsym) sc.z[j][h] = valid ? zp_row[r8 * zp_8rows + (blk >> 1)] : uint8_t{0x88};
       }
   };
 

@@ -172,6 +172,17 @@ __device__ __forceinline__ void StagedReduceStore(const float (&acc)[NT][MT8][4]
   if (tid == 0) *flag = 0u;  // re-armed for the next launch (no group of this one touches it again)
 }
 
+// p, as a value the compiler cannot trace back to the kernel's parameters. A pointer computed
+// once before a main loop (a row's first scale, say) is otherwise often "rematerialized": rebuilt
+// inside the loop from the parameters (constant-bank loads, 64-bit products) at each use to save
+// its two registers, which in the staged kernels cost more instructions than the loop's copies.
+template <typename P>
+__device__ __forceinline__ P* PinnedPointer(P* p) {
+  uint64_t v = reinterpret_cast<uint64_t>(p);
+  asm volatile("mov.b64 %0, %0;" : "+l"(v));
+  return reinterpret_cast<P*>(v);
+}
+
 // The stages [begin, begin + count) of K part q of `parts` (parts = ks cluster ranks x kz groups;
 // part q = blockIdx.z * ks + rank): an even split, so a part's stages are consecutive.
 struct StagedStageRange {

@@ -31,6 +31,9 @@ Methods (fp16 activations):
   pyquant_int4_<knob>  the Hopper GEMM's scheduler under PYQUANT_INT4_SM90_* (dp, sk, heur, split2/3/4/8,
                     nondet, sknondet, split2nondet, split4nondet, rm2, rn2; see
                     ort_ops/cuda/env_knobs.h) (not in the default list)
+  pyquant_int4_<tile>  the Hopper GEMM's tiles under PYQUANT_INT4_SM90_TILE (pyquant/_cuda_knobs.py
+                    INT4_SM90_TILES; p128 also on the shuffled order; coop: the default tiles without
+                    the 64 x 128 ping-pong rule of int4_gemm_sm90.cu) (not in the default list)
   pyquant_int4_shuf  the Hopper GEMM on the shuffled weight copy (as PYQUANT_INT4_SHUFFLED_COPY=1:
                     ort_ops/cuda/sm90/int4_gemm_sm90_shuffled.cu) (not in the default list; since
                     the in-place shuffle is the default, the same as pyquant_int4 on shapes it tiles)
@@ -51,7 +54,8 @@ Methods (fp16 activations):
                     the same as pyquant_int4 while the wide kernel is off by default) (not in the
                     default list)
   pyquant_int4_from<M>  the Hopper GEMM from M on (PYQUANT_INT4_SM90_MIN_M) (not in the default list);
-                    pyquant_int4_all_from<M> (M = 17, 33): the same with B shuffled on every layer
+                    pyquant_int4_all_from<M> (M = 17, 33, 65, 97, 129, 193, 257): the same with B
+                    shuffled on every layer
   pyquant_int4_again  the default again: an A/A control of the noise between methods (not in the default list)
   pyquant_int4_alt / pyquant_fp8_alt  another build of the library, the one at $PYQUANT_ALT_LIBRARY
                     (bench/device/build_alt.sh), with the knobs of $PYQUANT_ALT_ENV ("NAME=value,...")
@@ -95,7 +99,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from pyquant._cuda_knobs import FP8_SM90_TILES  # noqa: E402
+from pyquant._cuda_knobs import FP8_SM90_TILES, INT4_SM90_TILES  # noqa: E402
 
 METHODS = [
     "pyquant_int4",
@@ -161,7 +165,7 @@ METHOD_ENV = {
     **{f"pyquant_int4_from{m}": {"PYQUANT_INT4_SM90_MIN_M": str(m)} for m in (17, 33, 49, 65, 129, 257)},
     **{
         f"pyquant_int4_all_from{m}": {"PYQUANT_INT4_SM90_MIN_M": str(m), "PYQUANT_INT4_SHUFFLE": "all"}
-        for m in (17, 33)
+        for m in (17, 33, 65, 97, 129, 193, 257)
     },
     "pyquant_int4_tiled": {"PYQUANT_INT4_TILED_MIN_M": "0", **_NO_SM90},
     "pyquant_int4_portable": _NO_SM90,
@@ -171,10 +175,7 @@ METHOD_ENV = {
     # stream-K heuristic (session 31 made small layers data-parallel and kept M <= 64 off the GEMM)
     "pyquant_int4_s30": {"PYQUANT_INT4_SM90_MIN_M": "49", "PYQUANT_INT4_SM90_DECOMP": "heuristic"},
     "pyquant_int4_sm90all": {"PYQUANT_INT4_SM90_MIN_M": "1"},
-    **{
-        f"pyquant_int4_{t}": {"PYQUANT_INT4_SM90_TILE": t}
-        for t in ("c1", "c2m", "k128", "p128", "p256", "p64", "shuf")
-    },
+    **{f"pyquant_int4_{t}": {"PYQUANT_INT4_SM90_TILE": t} for t in INT4_SM90_TILES},
     # the default again under another name: an A/A control of the timing noise between methods
     "pyquant_int4_again": {},
     # a ping-pong tile from M = 1 on (below the default Hopper range too)

@@ -7,6 +7,11 @@ mirrors them so that the benchmark and the tests do not repeat them, and
 ``FP8_SM90_TILES``: the ``PYQUANT_FP8_SM90_TILE`` names of ``CudaFp8Options`` in
 ``ort_ops/cuda/linear_fp8_op.cc`` after "auto" (the name at index i selects Hopper GEMM variant
 i + 1: ``ort_ops/cuda/sm90/fp8_gemm_sm90_variants.cu``).
+
+``INT4_SM90_TILES``: the same for ``PYQUANT_INT4_SM90_TILE`` (``CudaInt4Sm90Tile`` in
+``ort_ops/cuda/matmul_int4_op.cc``; ``ort_ops/cuda/sm90/int4_gemm_sm90_variants.cu``, and the
+named indices ``kInt4Sm90TilePingpong128`` / ``kInt4Sm90TileCooperative`` of
+``ort_ops/cuda/sm90/int4_gemm_sm90.h``).
 """
 
 from __future__ import annotations
@@ -29,3 +34,5 @@ FP8_SM90_TILES: tuple[str, ...] = (
     "op128",
     "o256s",
 )
+
+INT4_SM90_TILES: tuple[str, ...] = ("c1", "c2m", "k128", "p128", "p256", "p64", "shuf", "coop")

@@ -292,9 +292,10 @@ bool CudaForceReferenceKernels();
 int64_t CudaInt4TiledMinM();
 // PYQUANT_INT4_SM90_MIN_M if set, else kInt4Sm90MinM (a huge value disables the sm90 GEMM).
 int64_t CudaInt4Sm90MinM();
-// PYQUANT_INT4_SM90_TILE: auto | c1 | c2m | k128 | p128 | p256 | p64 | shuf (or the index), the
-// Hopper GEMM benchmark variant (int4_gemm_sm90_variants.cu; shuf: the shuffled weight copy,
-// int4_gemm_sm90_shuffled.cu).
+// PYQUANT_INT4_SM90_TILE: auto | c1 | c2m | k128 | p128 | p256 | p64 | shuf | coop (or the index),
+// the Hopper GEMM benchmark variant (int4_gemm_sm90_variants.cu; shuf: the shuffled weight copy,
+// int4_gemm_sm90_shuffled.cu; coop: the default tiles without the ping-pong rule,
+// sm90::kInt4Sm90TileCooperative).
 int CudaInt4Sm90Tile();
 // The Hopper GEMM's environment knobs (tile variant, scheduler) on top of `base`'s other fields.
 Int4Sm90Prepared CudaInt4Sm90Knobs(Int4Sm90Prepared base);

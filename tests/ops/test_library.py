@@ -280,3 +280,21 @@ def test_fp8_tile_names_mirror_the_op():
     assert m, "PYQUANT_FP8_SM90_TILE list not found in linear_fp8_op.cc"
     names = tuple(re.findall(r'"(\w+)"', m.group(1)))
     assert names == ("auto", *FP8_SM90_TILES)
+
+
+def test_int4_tile_names_mirror_the_op():
+    """pyquant._cuda_knobs.INT4_SM90_TILES lists the PYQUANT_INT4_SM90_TILE names that
+    matmul_int4_op.cc reads, in order, and int4_gemm_sm90.h's named variant numbers (the default
+    ping-pong rule's "p128", the rule-free "coop") are those names' indices."""
+    from pyquant._cuda_knobs import INT4_SM90_TILES
+
+    text = (REPO / "ort_ops" / "cuda" / "matmul_int4_op.cc").read_text()
+    m = re.search(r'EnvChoice\("PYQUANT_INT4_SM90_TILE",\s*\{([^}]*)\}', text)
+    assert m, "PYQUANT_INT4_SM90_TILE list not found in matmul_int4_op.cc"
+    names = ("auto", *INT4_SM90_TILES)
+    assert tuple(re.findall(r'"(\w+)"', m.group(1))) == names
+    header = (REPO / "ort_ops" / "cuda" / "sm90" / "int4_gemm_sm90.h").read_text()
+    for const, name in (("kInt4Sm90TilePingpong128", "p128"), ("kInt4Sm90TileCooperative", "coop")):
+        v = re.search(rf"constexpr int {const} = (\d+);", header)
+        assert v, f"{const} not found in int4_gemm_sm90.h"
+        assert int(v.group(1)) == names.index(name), const

@@ -58,10 +58,52 @@ auto WithType(bool bf16, const Int4GemmArgs& a, F&& f) {
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// A benchmark variant (int4_gemm_sm90_variants.cu) serves fp16 at every M when selected and it
-// can implement the problem.
-bool UseVariant(const Int4GemmArgs& a, bool bf16) {
-  return a.variant != 0 && a.b_shuffled == nullptr && !bf16 && Int4GemmVariantSupported(a);
+// The 64 x 128 ping-pong tiles (variant 4 "p128", int4_gemm_sm90_variants.cu) by default on
+// fp16 with B row-major, for kNarrowMaxM < M <= kWideMaxM, where their grid of
+// ceil(N / 64) x ceil(M / 128) tiles covers a third to all of the SMs in one wave. Why: there the
+// cooperative Wide tiles (128 x 128) give half the tiles, the stream-K scheduler splits their K
+// loops over the idle SMs, and each CTA decodes int4 in both consumer warpgroups at once while the
+// tensor cores wait; the ping-pong CTAs keep whole K loops and overlap one warpgroup's decode with
+// the other's wgmmas. H200, same runs, us, default -> p128 (torch fp16)
+// (bench/results/2026-11-28-h200-s41-{p128,p128all,sqgemm}-bench-cuda.md):
+//   4096 x 4096 at M = 96 / 128 / 192 / 256 (64 / 64 / 128 / 128 tiles): 25.5-25.8 / 25.5-26.0 /
+//     28.9-29.2 / 28.4-29.4 -> 21.4-21.6 / 21.5-21.7 / 24.0-24.4 / 22.4-23.0 (14-17);
+//   2048 x 8192 (K x N) at M = 96 / 128 (128 tiles): 21.4 / 21.5 -> 12.7 / 12.8 (11.1 / 11.3).
+// Outside the band it loses: 8192 x 2048 (32 tiles, K = 8192) 32 -> 41 at M = 96-256; 2048 x 8192 at
+// M = 192 / 256 (256 tiles) 19.8 / 17.7 -> 24.9 / 26.9; 4096 x 4096 at M = 512 (256 tiles) 31.4 -> 49.2.
+// Not measured on bf16 (no bf16 instance of the variant) nor on the shuffled weight order (the
+// default of layers with N * K >= 2^25, whose GEMM keeps the default tiles).
+constexpr bool Pingpong128ByDefault(int64_t n, int64_t m, int sms) {
+  const int64_t tiles = (n + 63) / 64 * ((m + 127) / 128);
+  return m > detail::kNarrowMaxM && m <= detail::kWideMaxM && 3 * tiles >= sms && tiles <= sms;
+}
+static_assert(Pingpong128ByDefault(4096, 96, 132) && Pingpong128ByDefault(4096, 256, 132) &&
+                  Pingpong128ByDefault(8192, 128, 132),
+              "the measured wins (comment above)");
+static_assert(!Pingpong128ByDefault(4096, 64, 132) && !Pingpong128ByDefault(4096, 512, 132) &&
+                  !Pingpong128ByDefault(2048, 128, 132) && !Pingpong128ByDefault(8192, 192, 132),
+              "the measured losses, and M = 64 (the Narrow tiles' range)");
+
+// The variant a call runs: the one PYQUANT_INT4_SM90_TILE asked for (kInt4Sm90TileCooperative:
+// the default tiles without the rule above), else p128 where the rule picks it, else 0 (the
+// default tiles).
+int VariantFor(const Int4GemmArgs& a, bool bf16) {
+  if (a.variant == kInt4Sm90TileCooperative) return 0;
+  if (a.variant != 0 || bf16 || a.b_shuffled != nullptr) return a.variant;
+  return Pingpong128ByDefault(a.n, a.m, CudaSmCount(a.device)) ? kInt4Sm90TilePingpong128 : 0;
+}
+
+// a with its variant resolved (VariantFor).
+Int4GemmArgs Resolved(const Int4GemmArgs& a, bool bf16) {
+  Int4GemmArgs r = a;
+  r.variant = VariantFor(a, bf16);
+  return r;
+}
+
+// A variant (int4_gemm_sm90_variants.cu) serves fp16 when selected (r: resolved) and it can
+// implement the problem.
+bool UseVariant(const Int4GemmArgs& r, bool bf16) {
+  return r.variant != 0 && r.b_shuffled == nullptr && !bf16 && Int4GemmVariantSupported(r);
 }
 
 // The default tiles on the shuffled weight copy, when the op made one and it covers the problem.
@@ -76,13 +118,14 @@ bool Int4GemmSupported(const Int4GemmArgs& a, bool bf16) {
   const bool ok = block_ok && a.m > 0 && a.n > 0 && a.k > 0 && a.k % 32 == 0 && a.n % 8 == 0 && a.row_bytes % 16 == 0 &&
                   Aligned16(a.x) && Aligned16(a.b) && Aligned16(a.y) && Aligned16(a.scales_t) && Aligned16(a.zeros_t) &&
                   (a.bias == nullptr || Aligned16(a.bias));
-  return ok && (UseShuffled(a, bf16) || UseVariant(a, bf16) ||
+  return ok && (UseShuffled(a, bf16) || UseVariant(Resolved(a, bf16), bf16) ||
                 WithType(bf16, a, [&](auto g) { return decltype(g)::CanImplement(a); }));
 }
 
 size_t Int4GemmWorkspaceBytes(const Int4GemmArgs& a, bool bf16) {
   if (UseShuffled(a, bf16)) return Int4GemmShuffledWorkspaceBytes(a, bf16);
-  if (UseVariant(a, bf16)) return Int4GemmVariantWorkspaceBytes(a);
+  const Int4GemmArgs r = Resolved(a, bf16);
+  if (UseVariant(r, bf16)) return Int4GemmVariantWorkspaceBytes(r);
   return WithType(bf16, a, [&](auto g) { return decltype(g)::WorkspaceBytes(a); });
 }
 
@@ -90,7 +133,8 @@ cudaError_t LaunchInt4Gemm(const Int4GemmArgs& a, bool bf16, void* workspace, si
                            cudaStream_t stream) {
   if (!Int4GemmSupported(a, bf16)) return cudaErrorNotSupported;
   if (UseShuffled(a, bf16)) return LaunchInt4GemmShuffled(a, bf16, workspace, workspace_bytes, stream);
-  if (UseVariant(a, bf16)) return LaunchInt4GemmVariant(a, workspace, workspace_bytes, stream);
+  const Int4GemmArgs r = Resolved(a, bf16);
+  if (UseVariant(r, bf16)) return LaunchInt4GemmVariant(r, workspace, workspace_bytes, stream);
   return WithType(bf16, a, [&](auto g) { return decltype(g)::Run(a, workspace, workspace_bytes, stream); });
 }
 

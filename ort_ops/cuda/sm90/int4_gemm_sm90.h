@@ -25,6 +25,13 @@
 namespace pyquant {
 namespace sm90 {
 
+// Int4GemmArgs::variant values named here: "p128" (64 x 128 ping-pong tiles,
+// int4_gemm_sm90_variants.cu; the default where int4_gemm_sm90.cu's Pingpong128ByDefault says),
+// and "coop" (PYQUANT_INT4_SM90_TILE=coop): the default tiles without that rule, i.e. the
+// dispatch before session 41 (benchmarks).
+constexpr int kInt4Sm90TilePingpong128 = 4;
+constexpr int kInt4Sm90TileCooperative = 8;
+
 struct Int4GemmArgs {
   const void* x = nullptr;         // [M, K] T (row-major, K % 32 == 0, 16-byte aligned)
   const uint8_t* b = nullptr;      // [N, row_bytes] packed codes (MatMulInt4 layout), 16-byte aligned
@@ -37,8 +44,9 @@ struct Int4GemmArgs {
   int row_bytes = 0;   // bytes of one B row = n_blocks * block_size / 2
   int device = 0;      // CUDA device ordinal of the pointers
   // Benchmark variant (PYQUANT_INT4_SM90_TILE; int4_gemm_sm90_variants.cu), fp16 only, every
-  // M on the Hopper path; 0 = the default tiles. A variant that cannot take the problem leaves
-  // the default.
+  // M on the Hopper path; 0 = the default tiles (with int4_gemm_sm90.cu's ping-pong rule,
+  // Pingpong128ByDefault), kInt4Sm90TileCooperative = the default tiles without that rule. A
+  // variant that cannot take the problem leaves the default.
   int variant = 0;
   // The shuffled weight copy (ShuffleInt4Weights), or nullptr: when set (and the copy
   // covers the problem), the GEMM reads it instead of b, with the default tiles (variants 1..6

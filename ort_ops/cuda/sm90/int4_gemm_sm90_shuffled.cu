@@ -19,8 +19,16 @@ using detail::WithDefaultTiles;
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+// The default tiles, or with benchmark variant 4 "p128" (PYQUANT_INT4_SM90_TILE=p128; fp16) the
+// 64 x 128 ping-pong tiles on the shuffled order, which int4_gemm_sm90.cu's default rule
+// (Pingpong128ByDefault) gives row-major B (measured there; on this order not yet, session 41).
 template <typename F>
 auto WithShuffledType(bool bf16, const Int4GemmArgs& a, F&& f) {
+  using detail::Int4Gemm;
+  if (!bf16 && a.variant == kInt4Sm90TilePingpong128) {
+    return f(Int4Gemm<cutlass::half_t, Shape<_64, _128, _64>, detail::NoCluster, detail::Pingpong,
+                      Int4WeightFormat::kShuffled>{});
+  }
   return bf16 ? WithDefaultTiles<cutlass::bfloat16_t, Int4WeightFormat::kShuffled>(a, f)
               : WithDefaultTiles<cutlass::half_t, Int4WeightFormat::kShuffled>(a, f);
 }

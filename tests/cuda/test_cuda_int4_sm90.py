@@ -166,8 +166,9 @@ def test_int4_sm90_tile_variants(rng, tile, bs, symmetric, kn):
 def test_int4_sm90_pingpong_rule(rng, tile, bs, symmetric):
     """The default tiles' ping-pong rule (int4_gemm_sm90.cu, Pingpong128ByDefault: fp16, B
     row-major, 64 < M <= 512, ceil(N / 64) x ceil(M / 128) tiles within a third to one wave of
-    SMs): N = 4160 (65 channel tiles, the last one partial) at M = 65 .. 300 falls in it on a
-    114- or 132-SM Hopper at M <= 128; the same M without the rule ("coop") and past it."""
+    SMs): N = 4160 (65 channel tiles, the last one partial) falls in it at M = 65 .. 128 on a
+    114- or 132-SM Hopper (and to M = 256 on 132 SMs), not at M = 300; the same M without the
+    rule ("coop")."""
     k, n = 1024, 4160
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, "float16", symmetric, True)
     sess = _sm90_session(model, env={"PYQUANT_INT4_SM90_TILE": tile, "PYQUANT_INT4_SHUFFLE": "0"})

@@ -27,20 +27,34 @@ struct ShufRows {
   uint32_t zb0, zb1, s0, s1;  // zb1: fp16 = -(64 + zp1) pairs, bf16 = kBias + zp1 pairs
 };
 
+// The decode constants of one weight row in one block (DecodeShufWord's ShufRows with both of
+// its rows = this row) from its raw scale s (T) and zero point z (0..15), in integer arithmetic:
+// kBias + z is exact in T (fp16 0x6400 + z = 1024 + z; bf16 0x4300 + z = 128 + z), and so is
+// fp16's -(64 + z) = 0xD400 + 16 z (ulp 1/16 at 64).
+template <typename T>
+__device__ __forceinline__ ShufRows<T> RowDecodeConstants(T s, int z) {
+  constexpr uint32_t kBiasBits = std::is_same<T, __half>::value ? 0x6400u : 0x4300u;
+  ShufRows<T> r;
+  r.zb0 = (kBiasBits + uint32_t(z)) * 0x10001u;
+  r.zb1 = std::is_same<T, __half>::value ? (0xD400u + 16u * uint32_t(z)) * 0x10001u : r.zb0;
+  r.s0 = r.s1 = Pack2<T>(s, s);
+  return r;
+}
+
+// The same for the two rows g (s0, z0) and g + 8 (s1, z1) of one shuffled word.
+template <typename T>
+__device__ __forceinline__ ShufRows<T> RowPairDecodeConstants(T s0, int z0, T s1, int z1) {
+  ShufRows<T> r = RowDecodeConstants<T>(s0, z0);
+  const ShufRows<T> r1 = RowDecodeConstants<T>(s1, z1);
+  r.zb1 = r1.zb1;
+  r.s1 = r1.s1;
+  return r;
+}
+
+// The same from float32 scales (the GEMV's and the wide kernel's): s0 / s1 are values of T.
 template <typename T>
 __device__ __forceinline__ ShufRows<T> MakeShufRows(float s0, int z0, float s1, int z1) {
-  ShufRows<T> r;
-  r.zb0 = ZeroBias2<T>(z0);
-  if constexpr (std::is_same<T, __half>::value) {
-    const __half v = __float2half_rn(-64.0f - float(z1));
-    r.zb1 = Pack2<__half>(v, v);
-  } else {
-    r.zb1 = ZeroBias2<T>(z1);
-  }
-  const T a = StoreT<T>(s0), b = StoreT<T>(s1);
-  r.s0 = Pack2<T>(a, a);
-  r.s1 = Pack2<T>(b, b);
-  return r;
+  return RowPairDecodeConstants<T>(StoreT<T>(s0), z0, StoreT<T>(s1), z1);
 }
 
 template <typename T, bool kScaled>
@@ -67,30 +81,6 @@ __device__ __forceinline__ void DecodeShufWord(uint32_t v, const ShufRows<T>& r,
     w[1] = Mul2<T>(w[1], r.s1);
     w[3] = Mul2<T>(w[3], r.s1);
   }
-}
-
-// The decode constants of one weight row in one block (DecodeShufWord's ShufRows with both of
-// its rows = this row) from its raw scale s (T) and zero point z (0..15), in integer arithmetic:
-// kBias + z is exact in T (fp16 0x6400 + z = 1024 + z; bf16 0x4300 + z = 128 + z), and so is
-// fp16's -(64 + z) = 0xD400 + 16 z (ulp 1/16 at 64).
-template <typename T>
-__device__ __forceinline__ ShufRows<T> RowDecodeConstants(T s, int z) {
-  constexpr uint32_t kBiasBits = std::is_same<T, __half>::value ? 0x6400u : 0x4300u;
-  ShufRows<T> r;
-  r.zb0 = (kBiasBits + uint32_t(z)) * 0x10001u;
-  r.zb1 = std::is_same<T, __half>::value ? (0xD400u + 16u * uint32_t(z)) * 0x10001u : r.zb0;
-  r.s0 = r.s1 = Pack2<T>(s, s);
-  return r;
-}
-
-// The same for the two rows g (s0, z0) and g + 8 (s1, z1) of one shuffled word.
-template <typename T>
-__device__ __forceinline__ ShufRows<T> RowPairDecodeConstants(T s0, int z0, T s1, int z1) {
-  ShufRows<T> r = RowDecodeConstants<T>(s0, z0);
-  const ShufRows<T> r1 = RowDecodeConstants<T>(s1, z1);
-  r.zb1 = r1.zb1;
-  r.s1 = r1.s1;
-  return r;
 }
 
 // Zeroes an [NT][MT8][4] block of mma accumulators.

@@ -153,6 +153,11 @@ struct Int4Gemm : GemmRunner<Int4Gemm<Element, TileShape, ClusterShape_, Schedul
   }
 };
 
+// The 64 x 128 ping-pong tiles (kInt4Sm90TilePingpong128, "p128"): a benchmark variant on either
+// weight order, and int4_gemm_sm90.cu's default where Pingpong128ByDefault says.
+template <typename Element, Int4WeightFormat kFormat>
+using Pingpong128Gemm = Int4Gemm<Element, cute::Shape<cute::_64, cute::_128, cute::_64>, NoCluster, Pingpong, kFormat>;
+
 // The default tile configuration per M range (int4_gemm_sm90.cu explains the choice); F is called
 // with the chosen Int4Gemm<Element, Tile, Cluster, Schedule, kFormat>.
 constexpr int kNarrowMaxM = 64;

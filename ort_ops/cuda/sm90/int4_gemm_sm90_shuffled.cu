@@ -24,10 +24,8 @@ bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 // (Pingpong128ByDefault) gives row-major B (measured there; on this order not yet, session 41).
 template <typename F>
 auto WithShuffledType(bool bf16, const Int4GemmArgs& a, F&& f) {
-  using detail::Int4Gemm;
   if (!bf16 && a.variant == kInt4Sm90TilePingpong128) {
-    return f(Int4Gemm<cutlass::half_t, Shape<_64, _128, _64>, detail::NoCluster, detail::Pingpong,
-                      Int4WeightFormat::kShuffled>{});
+    return f(detail::Pingpong128Gemm<cutlass::half_t, Int4WeightFormat::kShuffled>{});
   }
   return bf16 ? WithDefaultTiles<cutlass::bfloat16_t, Int4WeightFormat::kShuffled>(a, f)
               : WithDefaultTiles<cutlass::half_t, Int4WeightFormat::kShuffled>(a, f);

@@ -40,7 +40,7 @@ auto WithVariant(int variant, bool* found, F&& f) {
     case 1: return f(Int4Gemm<H, Shape<_128, _256, _64>, Shape<_1, _1, _1>>{});
     case 2: return f(Int4Gemm<H, Shape<_128, _256, _64>, Shape<_1, _2, _1>>{});
     case 3: return f(Int4Gemm<H, Shape<_128, _256, _128>, Shape<_1, _1, _1>>{});
-    case 4: return f(Int4Gemm<H, Shape<_64, _128, _64>, NoCluster, Pingpong>{});
+    case 4: return f(detail::Pingpong128Gemm<H, detail::Int4WeightFormat::kPacked>{});
     case 5: return f(Int4Gemm<H, Shape<_64, _256, _64>, NoCluster, Pingpong>{});
     case 6: return f(Int4Gemm<H, Shape<_64, _64, _64>, NoCluster, Pingpong>{});
     default: *found = false; return f(Int4Gemm<H, Shape<_128, _256, _64>, Shape<_2, _1, _1>>{});

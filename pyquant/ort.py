@@ -122,7 +122,8 @@ def make_session(
     int4_gpu_layout: where the CUDA MatMulInt4 op on a Hopper GPU rewrites a constant B in place
     into the tensor cores' order (docs/ops.md, "GPU weight layout"):
       None: as the environment says (PYQUANT_INT4_SHUFFLE; unset: "default");
-      "default": layers of N * K >= 2^25 (4096 x 8192 and up), the choice for decode;
+      "default": layers of N * K >= 2^25 (4096 x 8192 and up) and wide ones from 2^24 with
+        N >= 4 K (2048 -> 8192), the choice for decode;
       "all": every layer whose shape allows it, faster prefill (M >= 64) on smaller layers such as
         4096 x 4096 but 20-30 % slower at M = 16-32 there (batched decode);
       "row-major": none, B read as stored (sessions that bind other B buffers at run time).

@@ -32,6 +32,11 @@ namespace pyquant {
 // tiled kernel runs without split-K and the sm90 GEMM is not used.
 constexpr int64_t kInt4TiledMinM = 65;
 constexpr int64_t kInt4Sm90MinM = 49;
+// The Hopper GEMM's first M on the wide layers of 2^24 <= N * K < 2^25 that Int4ShuffleByDefault
+// (below) rewrites in the shuffled order: there M = 33-48 on that order's register mma kernel is
+// twice the GEMM's time (H200, 2048 x 8192 at M = 48: 32.1 against 15.7 us,
+// bench/results/2026-11-28-h200-s42-sq-bench-cuda.md).
+constexpr int64_t kInt4Sm90MinMShuffledWide = 33;
 // Short rows (K <= kInt4MidRowsMaxK): see Int4Sm90Prepared::mid_rows_rule.
 constexpr int64_t kInt4MidRowsMaxK = 2048;
 // The wide kernel's K split: the smallest of 1, 2, 4, 8 whose grid reaches wide_fill CTAs per 100
@@ -91,6 +96,9 @@ struct Int4Sm90Prepared {
   Int4ShufKnobs shuf;
   int64_t min_m = kInt4Sm90MinM;
   int64_t min_m_large = 17;
+  // The same for B in the shuffled order on the smaller wide layers that Int4ShuffleByDefault
+  // rewrites (kInt4Sm90MinMShuffledWide).
+  int64_t min_m_shuffled_wide = kInt4Sm90MinMShuffledWide;
   // Small layers with short rows (K <= kInt4MidRowsMaxK) from M = kInt4Sm90MinM on: the default mid
   // kernel in grid rows of 64 tokens, in place of the Hopper GEMM (or the tiled kernel), while that
   // grid (ceil(N / 32) x ceil(M / 64) CTAs) fits one wave of SMs (matmul_int4_impl.cu, MidRowsRule).
@@ -194,8 +202,26 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 // / 27.9 (same file), though M = 1-4 and M >= 64 are faster shuffled (M = 1 5.2 against 4.5, M =
 // 2048 113 against 104, torch fp16 102; s36). PYQUANT_INT4_SHUFFLE=all rewrites every layer the order
 // tiles (the choice for prefill-bound serving), =0 none.
+// Since session 42 also wide layers of 2^24 <= N * K < 2^25 with N >= 4 K (a 1-3B model's gate /
+// up projection, 2048 -> 8192), whose Hopper GEMM then starts at kInt4Sm90MinMShuffledWide. H200,
+// same run, us, row-major default -> shuffled with the GEMM from M = 33 (torch fp16 10.7-11.3)
+// (bench/results/2026-11-28-h200-s42-sq-bench-cuda.md, column pyquant_int4_all_from33):
+// 2048 x 8192 at M = 1 / 4 / 8 / 16 5.6 / 8.3 / 11.0 / 11.4 -> 4.3 / 5.5 / 5.7 / 7.4, M = 48 / 64
+// 22.3 / 18.2 -> 15.7 / 15.7; it loses M = 24 / 32, 11.6 / 12.3 -> 15.0 / 17.0 (the register mma
+// kernel; the GEMM from M = 17 gives 15.9 / 15.6). The other layers of that size do not gain:
+// 4096 x 4096 is 14-26 % slower shuffled at M = 16-32, and 8192 x 2048 at M = 1-4 (4.8 / 7.8 ->
+// 6.4 / 9.2).
 constexpr int64_t kInt4ShuffleMinWeights = int64_t{1} << 25;
-constexpr bool Int4ShuffleByDefault(int64_t n, int64_t k) { return n * k >= kInt4ShuffleMinWeights; }
+constexpr int64_t kInt4ShuffleWideMinWeights = int64_t{1} << 24;
+constexpr bool Int4ShuffleByDefault(int64_t n, int64_t k) {
+  return n * k >= kInt4ShuffleMinWeights || (n * k >= kInt4ShuffleWideMinWeights && n >= 4 * k);
+}
+static_assert(Int4ShuffleByDefault(8192, 2048) && Int4ShuffleByDefault(14336, 4096) &&
+                  Int4ShuffleByDefault(4096, 14336) && Int4ShuffleByDefault(8192, 8192),
+              "the measured wins: 2048 -> 8192 and the large layers (N, K)");
+static_assert(!Int4ShuffleByDefault(4096, 4096) && !Int4ShuffleByDefault(2048, 8192) &&
+                  !Int4ShuffleByDefault(4096, 2048) && !Int4ShuffleByDefault(6144, 2048),
+              "4096^2 and 8192 -> 2048 lose (N, K); smaller or less wide layers are not measured");
 constexpr int64_t kInt4ShuffledGemvMaxM = 4;
 // The default GEMV configuration for M <= kInt4ShuffledGemvMaxM tokens and N rows on `sms` SMs, or
 // -1 for the mma kernel. The GEMV's grid is N / 16 CTAs (configurations 12 / 5, 8, 10: a CTA owns

@@ -189,6 +189,24 @@ def test_int4_sm90_pingpong_rule(rng, tile, bs, symmetric):
     _check_int4(sess, rng, [65, 100, 128, 129, 200, 256, 300], k, n, bs, "float16", b, scales_t, zp, bias_t)
 
 
+@pytest.mark.parametrize("tile", ["auto", "coop"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("bs", [64, 128])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_int4_wide_layer_default_dispatch(rng, tile, dtype, bs, symmetric):
+    """A 2048 -> 8192 layer (K x N) under the op's own defaults: since session 42 its B is
+    shuffled in place (matmul_int4.h, Int4ShuffleByDefault: 2^24 <= N * K < 2^25, N >= 4 K), the
+    Hopper GEMM starts at M = 33 (kInt4Sm90MinMShuffledWide) and, on fp16, takes the 64 x 128
+    ping-pong tiles at M = 65 .. 128 (int4_gemm_sm90.cu, Pingpong128ByDefault with
+    K <= kPingpong128ShuffledMaxK); "coop" without that rule. Every kernel of that dispatch."""
+    k, n = 2048, 8192
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
+    env = {} if tile == "auto" else {"PYQUANT_INT4_SM90_TILE": tile}
+    sess = _sm90_session(model, min_m=None, env=env)
+    ms = [1, 4, 16, 32, 33, 48, 65, 128, 129, 300]
+    _check_int4(sess, rng, ms, k, n, bs, dtype, b, scales_t, zp, bias_t)
+
+
 SCHEDULER_KNOBS = {
     "dp": {"PYQUANT_INT4_SM90_DECOMP": "dp"},
     "streamk": {"PYQUANT_INT4_SM90_DECOMP": "streamk"},

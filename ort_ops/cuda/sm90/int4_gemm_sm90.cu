@@ -71,8 +71,12 @@ bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 //   2048 x 8192 (K x N) at M = 96 / 128 (128 tiles): 21.4 / 21.5 -> 12.7 / 12.8 (11.1 / 11.3).
 // Outside the band it loses: 8192 x 2048 (32 tiles, K = 8192) 32 -> 41 at M = 96-256; 2048 x 8192 at
 // M = 192 / 256 (256 tiles) 19.8 / 17.7 -> 24.9 / 26.9; 4096 x 4096 at M = 512 (256 tiles) 31.4 -> 49.2.
-// Not measured on bf16 (no bf16 instance of the variant) nor on the shuffled weight order (the
-// default of layers with N * K >= 2^25, whose GEMM keeps the default tiles).
+// Not measured on bf16 (no bf16 instance of the variant). On B in the shuffled order (the default
+// of the large layers) only where K <= kPingpong128ShuffledMaxK: with long rows the ping-pong CTAs'
+// whole K loops lose to the stream-K split (same band of tiles, H200, default -> p128:
+// 14336 x 4096 at M = 96 / 128 38.0 / 38.8 -> 56.9 / 58.3 us; 8192^2 40.0 / 39.7 -> 40.9 / 41.1;
+// bench/results/2026-11-28-h200-s42-p128-bench-cuda.md).
+constexpr int64_t kPingpong128ShuffledMaxK = 4096;
 constexpr bool Pingpong128ByDefault(int64_t n, int64_t m, int sms) {
   const int64_t tiles = (n + 63) / 64 * ((m + 127) / 128);
   return m > detail::kNarrowMaxM && m <= detail::kWideMaxM && 3 * tiles >= sms && tiles <= sms;
@@ -89,7 +93,8 @@ static_assert(!Pingpong128ByDefault(4096, 64, 132) && !Pingpong128ByDefault(4096
 // default tiles).
 int VariantFor(const Int4GemmArgs& a, bool bf16) {
   if (a.variant == kInt4Sm90TileCooperative) return 0;
-  if (a.variant != 0 || bf16 || a.b_shuffled != nullptr) return a.variant;
+  if (a.variant != 0 || bf16) return a.variant;
+  if (a.b_shuffled != nullptr && a.k > kPingpong128ShuffledMaxK) return 0;
   return Pingpong128ByDefault(a.n, a.m, CudaSmCount(a.device)) ? kInt4Sm90TilePingpong128 : 0;
 }
 
@@ -106,7 +111,8 @@ bool UseVariant(const Int4GemmArgs& r, bool bf16) {
   return r.variant != 0 && r.b_shuffled == nullptr && !bf16 && Int4GemmVariantSupported(r);
 }
 
-// The default tiles on the shuffled weight copy, when the op made one and it covers the problem.
+// The shuffled weight copy (default tiles, or p128), when the op made one and it covers the
+// problem (a: resolved).
 bool UseShuffled(const Int4GemmArgs& a, bool bf16) {
   return a.b_shuffled != nullptr && Int4GemmShuffledSupported(a, bf16);
 }
@@ -118,13 +124,14 @@ bool Int4GemmSupported(const Int4GemmArgs& a, bool bf16) {
   const bool ok = block_ok && a.m > 0 && a.n > 0 && a.k > 0 && a.k % 32 == 0 && a.n % 8 == 0 && a.row_bytes % 16 == 0 &&
                   Aligned16(a.x) && Aligned16(a.b) && Aligned16(a.y) && Aligned16(a.scales_t) && Aligned16(a.zeros_t) &&
                   (a.bias == nullptr || Aligned16(a.bias));
-  return ok && (UseShuffled(a, bf16) || UseVariant(Resolved(a, bf16), bf16) ||
+  const Int4GemmArgs r = Resolved(a, bf16);
+  return ok && (UseShuffled(r, bf16) || UseVariant(r, bf16) ||
                 WithType(bf16, a, [&](auto g) { return decltype(g)::CanImplement(a); }));
 }
 
 size_t Int4GemmWorkspaceBytes(const Int4GemmArgs& a, bool bf16) {
-  if (UseShuffled(a, bf16)) return Int4GemmShuffledWorkspaceBytes(a, bf16);
   const Int4GemmArgs r = Resolved(a, bf16);
+  if (UseShuffled(r, bf16)) return Int4GemmShuffledWorkspaceBytes(r, bf16);
   if (UseVariant(r, bf16)) return Int4GemmVariantWorkspaceBytes(r);
   return WithType(bf16, a, [&](auto g) { return decltype(g)::WorkspaceBytes(a); });
 }
@@ -132,8 +139,8 @@ size_t Int4GemmWorkspaceBytes(const Int4GemmArgs& a, bool bf16) {
 cudaError_t LaunchInt4Gemm(const Int4GemmArgs& a, bool bf16, void* workspace, size_t workspace_bytes,
                            cudaStream_t stream) {
   if (!Int4GemmSupported(a, bf16)) return cudaErrorNotSupported;
-  if (UseShuffled(a, bf16)) return LaunchInt4GemmShuffled(a, bf16, workspace, workspace_bytes, stream);
   const Int4GemmArgs r = Resolved(a, bf16);
+  if (UseShuffled(r, bf16)) return LaunchInt4GemmShuffled(r, bf16, workspace, workspace_bytes, stream);
   if (UseVariant(r, bf16)) return LaunchInt4GemmVariant(r, workspace, workspace_bytes, stream);
   return WithType(bf16, a, [&](auto g) { return decltype(g)::Run(a, workspace, workspace_bytes, stream); });
 }

@@ -178,11 +178,11 @@ def test_int4_sm90_pingpong128_shuffled(rng, bs, symmetric, kn):
 @pytest.mark.parametrize("bs", [64, 128])
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_int4_sm90_pingpong_rule(rng, tile, bs, symmetric):
-    """The default tiles' ping-pong rule (int4_gemm_sm90.cu, Pingpong128ByDefault: fp16, B
-    row-major, 64 < M <= 512, ceil(N / 64) x ceil(M / 128) tiles within a third to one wave of
-    SMs): N = 4160 (65 channel tiles, the last one partial) falls in it at M = 65 .. 128 on a
-    114- or 132-SM Hopper (and to M = 256 on 132 SMs), not at M = 300; the same M without the
-    rule ("coop")."""
+    """The default tiles' ping-pong rule (int4_gemm_sm90.cu, Pingpong128ByDefault: fp16,
+    64 < M <= 512, K <= 4096, ceil(N / 64) x ceil(M / 128) tiles within a third to one wave of
+    SMs), here on B row-major: N = 4160 (65 channel tiles, the last one partial) falls in it at
+    M = 65 .. 128 on a 114- or 132-SM Hopper (and to M = 256 on 132 SMs), not at M = 300; the
+    same M without the rule ("coop")."""
     k, n = 1024, 4160
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, "float16", symmetric, True)
     sess = _sm90_session(model, env={"PYQUANT_INT4_SM90_TILE": tile, "PYQUANT_INT4_SHUFFLE": "0"})
@@ -198,7 +198,7 @@ def test_int4_wide_layer_default_dispatch(rng, tile, dtype, bs, symmetric):
     shuffled in place (matmul_int4.h, Int4ShuffleByDefault: 2^24 <= N * K < 2^25, N >= 4 K), the
     Hopper GEMM starts at M = 33 (kInt4Sm90MinMShuffledWide) and, on fp16, takes the 64 x 128
     ping-pong tiles at M = 65 .. 128 (int4_gemm_sm90.cu, Pingpong128ByDefault with
-    K <= kPingpong128ShuffledMaxK); "coop" without that rule. Every kernel of that dispatch."""
+    K <= kPingpong128MaxK); "coop" without that rule. Every kernel of that dispatch."""
     k, n = 2048, 8192
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
     env = {} if tile == "auto" else {"PYQUANT_INT4_SM90_TILE": tile}

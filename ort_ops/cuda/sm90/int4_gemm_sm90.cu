@@ -58,35 +58,38 @@ auto WithType(bool bf16, const Int4GemmArgs& a, F&& f) {
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// The 64 x 128 ping-pong tiles (variant 4 "p128", int4_gemm_sm90_variants.cu) by default on
-// fp16 with B row-major, for kNarrowMaxM < M <= kWideMaxM, where their grid of
-// ceil(N / 64) x ceil(M / 128) tiles covers a third to all of the SMs in one wave. Why: there the
-// cooperative Wide tiles (128 x 128) give half the tiles, the stream-K scheduler splits their K
-// loops over the idle SMs, and each CTA decodes int4 in both consumer warpgroups at once while the
-// tensor cores wait; the ping-pong CTAs keep whole K loops and overlap one warpgroup's decode with
-// the other's wgmmas. H200, same runs, us, default -> p128 (torch fp16)
-// (bench/results/2026-11-28-h200-s41-{p128,p128all,sqgemm}-bench-cuda.md):
-//   4096 x 4096 at M = 96 / 128 / 192 / 256 (64 / 64 / 128 / 128 tiles): 25.5-25.8 / 25.5-26.0 /
-//     28.9-29.2 / 28.4-29.4 -> 21.4-21.6 / 21.5-21.7 / 24.0-24.4 / 22.4-23.0 (14-17);
-//   2048 x 8192 (K x N) at M = 96 / 128 (128 tiles): 21.4 / 21.5 -> 12.7 / 12.8 (11.1 / 11.3).
-// Outside the band it loses: 8192 x 2048 (32 tiles, K = 8192) 32 -> 41 at M = 96-256; 2048 x 8192 at
-// M = 192 / 256 (256 tiles) 19.8 / 17.7 -> 24.9 / 26.9; 4096 x 4096 at M = 512 (256 tiles) 31.4 -> 49.2.
-// Not measured on bf16 (no bf16 instance of the variant). On B in the shuffled order (the default
-// of the large layers) only where K <= kPingpong128ShuffledMaxK: with long rows the ping-pong CTAs'
-// whole K loops lose to the stream-K split (same band of tiles, H200, default -> p128:
-// 14336 x 4096 at M = 96 / 128 38.0 / 38.8 -> 56.9 / 58.3 us; 8192^2 40.0 / 39.7 -> 40.9 / 41.1;
-// bench/results/2026-11-28-h200-s42-p128-bench-cuda.md).
-constexpr int64_t kPingpong128ShuffledMaxK = 4096;
-constexpr bool Pingpong128ByDefault(int64_t n, int64_t m, int sms) {
+// The 64 x 128 ping-pong tiles (variant 4 "p128", int4_gemm_sm90_variants.cu; on B in the shuffled
+// order int4_gemm_sm90_shuffled.cu) by default on fp16, for kNarrowMaxM < M <= kWideMaxM and
+// K <= kPingpong128MaxK, where their grid of ceil(N / 64) x ceil(M / 128) tiles covers a third to
+// all of the SMs in one wave. Why: there the cooperative Wide tiles (128 x 128) give half the
+// tiles, the stream-K scheduler splits their K loops over the idle SMs, and each CTA decodes int4
+// in both consumer warpgroups at once while the tensor cores wait; the ping-pong CTAs keep whole K
+// loops and overlap one warpgroup's decode with the other's wgmmas. With long rows those whole K
+// loops lose to the stream-K split: every win measured has K <= 4096, every loss in the band
+// K >= 8192. H200, us, default (cooperative) -> p128 (torch fp16):
+//   4096 x 4096 at M = 96 / 128 / 192 / 256 (64 / 64 / 128 / 128 tiles): 25.5-25.9 / 25.4-26.0 /
+//     28.8-29.2 / 28.4-30.1 -> 21.4-21.6 / 21.5-21.8 / 23.9-24.4 / 22.4-24.5 (14-19);
+//   2048 x 8192 (K x N) at M = 96 / 128 (128 tiles), B row-major: 21.4 / 21.5 -> 12.7 / 12.8;
+//     shuffled (its default since session 42): 19.3 / 19.7 -> 11.4 / 11.2 (11.3 / 11.7);
+//   losses in the band: 8192 x 2048 at M = 192 / 256 (64 tiles) 32.5 / 32.2 -> 40.7 / 40.9;
+//     14336 x 4096 (shuffled) at M = 96 / 128 38.0 / 38.8 -> 56.9 / 58.3; 8192^2 (shuffled)
+//     40.0 / 39.7 -> 40.9 / 41.1
+// (bench/results/2026-11-28-h200-s41-{p128,p128all,sqgemm}-bench-cuda.md, …-s42-{p128,wide}-bench-cuda.md).
+// Outside the band it loses too: 2048 x 8192 at M = 192 / 256 (256 tiles) 19.8 / 17.7 -> 24.9 /
+// 26.9; 4096 x 4096 at M = 512 (256 tiles) 31.4 -> 49.2. Not measured on bf16 (no bf16 instance).
+constexpr int64_t kPingpong128MaxK = 4096;
+constexpr bool Pingpong128ByDefault(int64_t n, int64_t k, int64_t m, int sms) {
   const int64_t tiles = (n + 63) / 64 * ((m + 127) / 128);
-  return m > detail::kNarrowMaxM && m <= detail::kWideMaxM && 3 * tiles >= sms && tiles <= sms;
+  return m > detail::kNarrowMaxM && m <= detail::kWideMaxM && k <= kPingpong128MaxK && 3 * tiles >= sms && tiles <= sms;
 }
-static_assert(Pingpong128ByDefault(4096, 96, 132) && Pingpong128ByDefault(4096, 256, 132) &&
-                  Pingpong128ByDefault(8192, 128, 132),
-              "the measured wins (comment above)");
-static_assert(!Pingpong128ByDefault(4096, 64, 132) && !Pingpong128ByDefault(4096, 512, 132) &&
-                  !Pingpong128ByDefault(2048, 128, 132) && !Pingpong128ByDefault(8192, 192, 132),
-              "the measured losses, and M = 64 (the Narrow tiles' range)");
+static_assert(Pingpong128ByDefault(4096, 4096, 96, 132) && Pingpong128ByDefault(4096, 4096, 256, 132) &&
+                  Pingpong128ByDefault(8192, 2048, 128, 132),
+              "the measured wins (N, K, M; comment above)");
+static_assert(!Pingpong128ByDefault(4096, 4096, 64, 132) && !Pingpong128ByDefault(4096, 4096, 512, 132) &&
+                  !Pingpong128ByDefault(2048, 8192, 128, 132) && !Pingpong128ByDefault(2048, 8192, 256, 132) &&
+                  !Pingpong128ByDefault(8192, 2048, 192, 132) && !Pingpong128ByDefault(4096, 14336, 128, 132) &&
+                  !Pingpong128ByDefault(8192, 8192, 128, 132),
+              "the measured losses (N, K, M), and M = 64 (the Narrow tiles' range)");
 
 // The variant a call runs: the one PYQUANT_INT4_SM90_TILE asked for (kInt4Sm90TileCooperative:
 // the default tiles without the rule above), else p128 where the rule picks it, else 0 (the
@@ -94,8 +97,7 @@ static_assert(!Pingpong128ByDefault(4096, 64, 132) && !Pingpong128ByDefault(4096
 int VariantFor(const Int4GemmArgs& a, bool bf16) {
   if (a.variant == kInt4Sm90TileCooperative) return 0;
   if (a.variant != 0 || bf16) return a.variant;
-  if (a.b_shuffled != nullptr && a.k > kPingpong128ShuffledMaxK) return 0;
-  return Pingpong128ByDefault(a.n, a.m, CudaSmCount(a.device)) ? kInt4Sm90TilePingpong128 : 0;
+  return Pingpong128ByDefault(a.n, a.k, a.m, CudaSmCount(a.device)) ? kInt4Sm90TilePingpong128 : 0;
 }
 
 // a with its variant resolved (VariantFor).

@@ -49,8 +49,8 @@ struct Int4GemmArgs {
   // variant that cannot take the problem leaves the default.
   int variant = 0;
   // The shuffled weight copy (ShuffleInt4Weights), or nullptr: when set (and the copy
-  // covers the problem), the GEMM reads it instead of b, with the default tiles (variants 1..6
-  // then do not apply).
+  // covers the problem), the GEMM reads it instead of b, with the default tiles or variant 4
+  // "p128" (the other variants do not apply to it).
   const uint8_t* b_shuffled = nullptr;
   // Stream-K scheduler knobs (PYQUANT_INT4_SM90_DECOMP / _SPLITS / _REDUCE / _RASTER / _SWIZZLE);
   // all-zero: CUTLASS's heuristic, deterministic reduction.

@@ -20,7 +20,7 @@ using detail::WithDefaultTiles;
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // The default tiles, or with variant 4 "p128" (fp16; PYQUANT_INT4_SM90_TILE=p128, or
-// int4_gemm_sm90.cu's default rule Pingpong128ByDefault where K <= kPingpong128ShuffledMaxK) the
+// int4_gemm_sm90.cu's default rule Pingpong128ByDefault where it applies) the
 // 64 x 128 ping-pong tiles on the shuffled order.
 template <typename F>
 auto WithShuffledType(bool bf16, const Int4GemmArgs& a, F&& f) {

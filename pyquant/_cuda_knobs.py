@@ -35,4 +35,15 @@ FP8_SM90_TILES: tuple[str, ...] = (
     "o256s",
 )
 
-INT4_SM90_TILES: tuple[str, ...] = ("c1", "c2m", "k128", "p128", "p256", "p64", "shuf", "coop")
+INT4_SM90_TILES: tuple[str, ...] = (
+    "c1",
+    "c2m",
+    "k128",
+    "p128",
+    "p256",
+    "p64",
+    "shuf",
+    "coop",
+    "w192",
+    "p192",
+)

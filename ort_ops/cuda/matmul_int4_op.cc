@@ -299,7 +299,8 @@ int CudaInt4MidRows() {
 }
 
 int CudaInt4Sm90Tile() {
-  return EnvChoice("PYQUANT_INT4_SM90_TILE", {"auto", "c1", "c2m", "k128", "p128", "p256", "p64", "shuf", "coop"}, 0);
+  return EnvChoice("PYQUANT_INT4_SM90_TILE",
+                   {"auto", "c1", "c2m", "k128", "p128", "p256", "p64", "shuf", "coop", "w192", "p192"}, 0);
 }
 
 Int4Sm90Prepared CudaInt4Sm90Knobs(Int4Sm90Prepared base) {

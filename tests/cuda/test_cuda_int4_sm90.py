@@ -144,7 +144,7 @@ def test_int4_sm90_matches_portable_kernels(rng):
     _check_int4(fast, rng, [200], k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
-@pytest.mark.parametrize("tile", ["c1", "c2m", "k128", "p128", "p256", "p64"])
+@pytest.mark.parametrize("tile", ["c1", "c2m", "k128", "p128", "p256", "p64", "w192", "p192"])
 @pytest.mark.parametrize("bs", [64, 128])
 @pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize("kn", [(4096, 520), (2000, 264)])
@@ -160,18 +160,20 @@ def test_int4_sm90_tile_variants(rng, tile, bs, symmetric, kn):
     _check_int4(sess, rng, [17, 100, 513, 777, 1024], k, n, bs, "float16", b, scales_t, zp, bias_t)
 
 
+@pytest.mark.parametrize("tile", ["p128", "w192", "p192"])
 @pytest.mark.parametrize("bs", [64, 128])
 @pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize("kn", [(4096, 512), (1024, 6656)])
-def test_int4_sm90_pingpong128_shuffled(rng, bs, symmetric, kn):
-    """The 64 x 128 ping-pong tiles (variant "p128") on B in the shuffled order
-    (int4_gemm_sm90_shuffled.cu, WithShuffledType), fp16: every M of the Hopper path, both
-    layers tile the copy (N % 128 == 0, K % 64 == 0), so B is read in the shuffled order."""
+def test_int4_sm90_tiles_shuffled(rng, tile, bs, symmetric, kn):
+    """The tile variants that also read B in the shuffled order (int4_gemm_sm90_shuffled.cu,
+    WithShuffledType: the 64 x 128 ping-pong tiles "p128", 192 tokens per tile "w192" / "p192"),
+    fp16: every M of the Hopper path (M = 193, 300, 513: more than one token tile); both layers
+    tile the copy (N % 128 == 0, K % 64 == 0), so B is read in the shuffled order."""
     k, n = kn
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, "float16", symmetric, True)
-    env = {"PYQUANT_INT4_SM90_TILE": "p128", "PYQUANT_INT4_SHUFFLE": "require"}
+    env = {"PYQUANT_INT4_SM90_TILE": tile, "PYQUANT_INT4_SHUFFLE": "require"}
     sess = _sm90_session(model, env=env)
-    _check_int4(sess, rng, [1, 17, 65, 100, 300, 513], k, n, bs, "float16", b, scales_t, zp, bias_t)
+    _check_int4(sess, rng, [1, 17, 65, 100, 192, 193, 300, 513], k, n, bs, "float16", b, scales_t, zp, bias_t)
 
 
 @pytest.mark.parametrize("tile", ["auto", "coop"])

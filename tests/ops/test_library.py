@@ -294,7 +294,13 @@ def test_int4_tile_names_mirror_the_op():
     names = ("auto", *INT4_SM90_TILES)
     assert tuple(re.findall(r'"(\w+)"', m.group(1))) == names
     header = (REPO / "ort_ops" / "cuda" / "sm90" / "int4_gemm_sm90.h").read_text()
-    for const, name in (("kInt4Sm90TilePingpong128", "p128"), ("kInt4Sm90TileCooperative", "coop")):
+    named = (
+        ("kInt4Sm90TilePingpong128", "p128"),
+        ("kInt4Sm90TileCooperative", "coop"),
+        ("kInt4Sm90TileWide192", "w192"),
+        ("kInt4Sm90TilePingpong192", "p192"),
+    )
+    for const, name in named:
         v = re.search(rf"constexpr int {const} = (\d+);", header)
         assert v, f"{const} not found in int4_gemm_sm90.h"
         assert int(v.group(1)) == names.index(name), const

@@ -31,6 +31,9 @@ namespace sm90 {
 // dispatch before session 41 (benchmarks).
 constexpr int kInt4Sm90TilePingpong128 = 4;
 constexpr int kInt4Sm90TileCooperative = 8;
+// "w192" / "p192": 192 tokens per tile (int4_gemm_sm90_variants.cu), benchmarks only.
+constexpr int kInt4Sm90TileWide192 = 9;
+constexpr int kInt4Sm90TilePingpong192 = 10;
 
 struct Int4GemmArgs {
   const void* x = nullptr;         // [M, K] T (row-major, K % 32 == 0, 16-byte aligned)
@@ -50,7 +53,7 @@ struct Int4GemmArgs {
   int variant = 0;
   // The shuffled weight copy (ShuffleInt4Weights), or nullptr: when set (and the copy
   // covers the problem), the GEMM reads it instead of b, with the default tiles or variant 4
-  // "p128" (the other variants do not apply to it).
+  // "p128", 9 "w192" or 10 "p192" (the other variants do not apply to it).
   const uint8_t* b_shuffled = nullptr;
   // Stream-K scheduler knobs (PYQUANT_INT4_SM90_DECOMP / _SPLITS / _REDUCE / _RASTER / _SWIZZLE);
   // all-zero: CUTLASS's heuristic, deterministic reduction.

@@ -21,12 +21,16 @@ bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 // The default tiles, or with variant 4 "p128" (fp16; PYQUANT_INT4_SM90_TILE=p128, or
 // int4_gemm_sm90.cu's default rule Pingpong128ByDefault where it applies) the
-// 64 x 128 ping-pong tiles on the shuffled order.
+// 64 x 128 ping-pong tiles on the shuffled order; the benchmark variants 9 "w192" / 10 "p192"
+// (192 tokens per tile, fp16) likewise.
 template <typename F>
 auto WithShuffledType(bool bf16, const Int4GemmArgs& a, F&& f) {
-  if (!bf16 && a.variant == kInt4Sm90TilePingpong128) {
-    return f(detail::Pingpong128Gemm<cutlass::half_t, Int4WeightFormat::kShuffled>{});
-  }
+  using H = cutlass::half_t;
+  if (!bf16 && a.variant == kInt4Sm90TilePingpong128)
+    return f(detail::Pingpong128Gemm<H, Int4WeightFormat::kShuffled>{});
+  if (!bf16 && a.variant == kInt4Sm90TileWide192) return f(detail::Wide192Gemm<H, Int4WeightFormat::kShuffled>{});
+  if (!bf16 && a.variant == kInt4Sm90TilePingpong192)
+    return f(detail::Pingpong192Gemm<H, Int4WeightFormat::kShuffled>{});
   return bf16 ? WithDefaultTiles<cutlass::bfloat16_t, Int4WeightFormat::kShuffled>(a, f)
               : WithDefaultTiles<cutlass::half_t, Int4WeightFormat::kShuffled>(a, f);
 }

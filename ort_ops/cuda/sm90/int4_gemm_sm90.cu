@@ -127,6 +127,9 @@ bool Int4GemmSupported(const Int4GemmArgs& a, bool bf16) {
                   Aligned16(a.x) && Aligned16(a.b) && Aligned16(a.y) && Aligned16(a.scales_t) && Aligned16(a.zeros_t) &&
                   (a.bias == nullptr || Aligned16(a.bias));
   const Int4GemmArgs r = Resolved(a, bf16);
+  // B rewritten in place (b == b_shuffled): only the shuffled-order instances can read it; the
+  // row-major fallbacks below would read its bytes in the wrong order.
+  if (a.b_shuffled != nullptr && a.b_shuffled == a.b) return ok && UseShuffled(r, bf16);
   return ok && (UseShuffled(r, bf16) || UseVariant(r, bf16) ||
                 WithType(bf16, a, [&](auto g) { return decltype(g)::CanImplement(a); }));
 }

@@ -32,8 +32,9 @@ Methods (fp16 activations):
                     nondet, sknondet, split2nondet, split4nondet, rm2, rn2; see
                     ort_ops/cuda/env_knobs.h) (not in the default list)
   pyquant_int4_<tile>  the Hopper GEMM's tiles under PYQUANT_INT4_SM90_TILE (pyquant/_cuda_knobs.py
-                    INT4_SM90_TILES; p128 also on the shuffled order; coop: the default tiles without
-                    the 64 x 128 ping-pong rule of int4_gemm_sm90.cu) (not in the default list)
+                    INT4_SM90_TILES; p128, w192 and p192 also on the shuffled order; coop: the default
+                    tiles without the 64 x 128 ping-pong rule of int4_gemm_sm90.cu) (not in the default
+                    list)
   pyquant_int4_shuf  the Hopper GEMM on the shuffled weight copy (as PYQUANT_INT4_SHUFFLED_COPY=1:
                     ort_ops/cuda/sm90/int4_gemm_sm90_shuffled.cu) (not in the default list; since
                     the in-place shuffle is the default, the same as pyquant_int4 on shapes it tiles)

@@ -10,8 +10,8 @@ i + 1: ``ort_ops/cuda/sm90/fp8_gemm_sm90_variants.cu``).
 
 ``INT4_SM90_TILES``: the same for ``PYQUANT_INT4_SM90_TILE`` (``CudaInt4Sm90Tile`` in
 ``ort_ops/cuda/matmul_int4_op.cc``; ``ort_ops/cuda/sm90/int4_gemm_sm90_variants.cu``, and the
-named indices ``kInt4Sm90TilePingpong128`` / ``kInt4Sm90TileCooperative`` of
-``ort_ops/cuda/sm90/int4_gemm_sm90.h``).
+named indices ``kInt4Sm90TilePingpong128`` / ``kInt4Sm90TileCooperative`` /
+``kInt4Sm90TileWide192`` / ``kInt4Sm90TilePingpong192`` of ``ort_ops/cuda/sm90/int4_gemm_sm90.h``).
 """
 
 from __future__ import annotations

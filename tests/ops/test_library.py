@@ -285,7 +285,8 @@ def test_fp8_tile_names_mirror_the_op():
 def test_int4_tile_names_mirror_the_op():
     """pyquant._cuda_knobs.INT4_SM90_TILES lists the PYQUANT_INT4_SM90_TILE names that
     matmul_int4_op.cc reads, in order, and int4_gemm_sm90.h's named variant numbers (the default
-    ping-pong rule's "p128", the rule-free "coop") are those names' indices."""
+    ping-pong rule's "p128", the rule-free "coop", the 192-token "w192" / "p192") are those names'
+    indices."""
     from pyquant._cuda_knobs import INT4_SM90_TILES
 
     text = (REPO / "ort_ops" / "cuda" / "matmul_int4_op.cc").read_text()

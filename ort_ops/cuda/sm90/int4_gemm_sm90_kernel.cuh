@@ -165,6 +165,19 @@ using Wide192Gemm = Int4Gemm<Element, cute::Shape<cute::_128, cute::_192, cute::
 template <typename Element, Int4WeightFormat kFormat>
 using Pingpong192Gemm = Int4Gemm<Element, cute::Shape<cute::_64, cute::_192, cute::_64>, NoCluster, Pingpong, kFormat>;
 
+// The tile variants defined on both weight orders ("p128", "w192", "p192"): f called with the
+// Int4Gemm that `variant` names, else other() for any other variant. The one mapping of these
+// numbers for int4_gemm_sm90_variants.cu (row-major B) and int4_gemm_sm90_shuffled.cu.
+template <typename Element, Int4WeightFormat kFormat, typename F, typename Other>
+auto WithBothOrdersVariant(int variant, F&& f, Other&& other) {
+  switch (variant) {
+    case kInt4Sm90TilePingpong128: return f(Pingpong128Gemm<Element, kFormat>{});
+    case kInt4Sm90TileWide192: return f(Wide192Gemm<Element, kFormat>{});
+    case kInt4Sm90TilePingpong192: return f(Pingpong192Gemm<Element, kFormat>{});
+    default: return other();
+  }
+}
+
 // The default tile configuration per M range (int4_gemm_sm90.cu explains the choice); F is called
 // with the chosen Int4Gemm<Element, Tile, Cluster, Schedule, kFormat>.
 constexpr int kNarrowMaxM = 64;

@@ -26,13 +26,9 @@ bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 template <typename F>
 auto WithShuffledType(bool bf16, const Int4GemmArgs& a, F&& f) {
   using H = cutlass::half_t;
-  if (!bf16 && a.variant == kInt4Sm90TilePingpong128)
-    return f(detail::Pingpong128Gemm<H, Int4WeightFormat::kShuffled>{});
-  if (!bf16 && a.variant == kInt4Sm90TileWide192) return f(detail::Wide192Gemm<H, Int4WeightFormat::kShuffled>{});
-  if (!bf16 && a.variant == kInt4Sm90TilePingpong192)
-    return f(detail::Pingpong192Gemm<H, Int4WeightFormat::kShuffled>{});
-  return bf16 ? WithDefaultTiles<cutlass::bfloat16_t, Int4WeightFormat::kShuffled>(a, f)
-              : WithDefaultTiles<cutlass::half_t, Int4WeightFormat::kShuffled>(a, f);
+  if (bf16) return WithDefaultTiles<cutlass::bfloat16_t, Int4WeightFormat::kShuffled>(a, f);
+  return detail::WithBothOrdersVariant<H, Int4WeightFormat::kShuffled>(
+      a.variant, f, [&] { return WithDefaultTiles<H, Int4WeightFormat::kShuffled>(a, f); });
 }
 
 }  // namespace

@@ -42,17 +42,17 @@ using detail::Pingpong;
 template <typename F>
 auto WithVariant(int variant, bool* found, F&& f) {
   *found = true;
-  switch (variant) {
-    case 1: return f(Int4Gemm<H, Shape<_128, _256, _64>, Shape<_1, _1, _1>>{});
-    case 2: return f(Int4Gemm<H, Shape<_128, _256, _64>, Shape<_1, _2, _1>>{});
-    case 3: return f(Int4Gemm<H, Shape<_128, _256, _128>, Shape<_1, _1, _1>>{});
-    case 4: return f(detail::Pingpong128Gemm<H, detail::Int4WeightFormat::kPacked>{});
-    case 5: return f(Int4Gemm<H, Shape<_64, _256, _64>, NoCluster, Pingpong>{});
-    case 6: return f(Int4Gemm<H, Shape<_64, _64, _64>, NoCluster, Pingpong>{});
-    case kInt4Sm90TileWide192: return f(detail::Wide192Gemm<H, detail::Int4WeightFormat::kPacked>{});
-    case kInt4Sm90TilePingpong192: return f(detail::Pingpong192Gemm<H, detail::Int4WeightFormat::kPacked>{});
-    default: *found = false; return f(Int4Gemm<H, Shape<_128, _256, _64>, Shape<_2, _1, _1>>{});
-  }
+  // 4 "p128", 9 "w192", 10 "p192": the variants shared with the shuffled order.
+  return detail::WithBothOrdersVariant<H, detail::Int4WeightFormat::kPacked>(variant, f, [&] {
+    switch (variant) {
+      case 1: return f(Int4Gemm<H, Shape<_128, _256, _64>, Shape<_1, _1, _1>>{});
+      case 2: return f(Int4Gemm<H, Shape<_128, _256, _64>, Shape<_1, _2, _1>>{});
+      case 3: return f(Int4Gemm<H, Shape<_128, _256, _128>, Shape<_1, _1, _1>>{});
+      case 5: return f(Int4Gemm<H, Shape<_64, _256, _64>, NoCluster, Pingpong>{});
+      case 6: return f(Int4Gemm<H, Shape<_64, _64, _64>, NoCluster, Pingpong>{});
+      default: *found = false; return f(Int4Gemm<H, Shape<_128, _256, _64>, Shape<_2, _1, _1>>{});
+    }
+  });
 }
 
 }  // namespace

@@ -45,7 +45,8 @@ Methods (fp16 activations):
                     default list)
   pyquant_int4_sv<v>  a shuffled-order kernel variant (PYQUANT_INT4_SHUF_VARIANT; 0..7 mma.sync,
                     8, 9 the wide shared-memory kernel, 10..15, 18, 20, 22 CUDA-core GEMV, 40 / 41 / 42
-                    the staged mma kernel with automatic / wide / tall CTAs where M is past the GEMV:
+                    the staged mma kernel with automatic / wide / tall CTAs where M is past the GEMV,
+                    60..67 the piece mma kernel's configurations and 68 its automatic choice:
                     ort_ops/cuda/matmul_int4.h), on every layer (not in the default list)
   pyquant_int4_wide / _wide1  the wide shared-memory kernel (variant 8 / 9) on every layer at every
                     M, Hopper GEMM off (not in the default list); _wide_f3: variant 8 with its K
@@ -135,13 +136,13 @@ METHOD_ENV = {
     # B row-major (no in-place shuffle): the Hopper default before session 9
     "pyquant_int4_plain": _PLAIN,
     # the shuffled-order kernels' variants (PYQUANT_INT4_SHUF_VARIANT: 0..7 mma.sync, 10..15, 18, 20, 22 GEMV,
-    # 40..42 staged;
+    # 40..42 staged, 60..68 the piece mma kernel;
     # matmul_int4.h) and the Hopper GEMM's start over them (sm90 from M)
     # (every layer the order tiles, PYQUANT_INT4_SHUFFLE=all, not only the default's large ones)
     "pyquant_int4_all": {"PYQUANT_INT4_SHUFFLE": "all"},
     **{
         f"pyquant_int4_sv{v}": {"PYQUANT_INT4_SHUF_VARIANT": str(v), "PYQUANT_INT4_SHUFFLE": "all"}
-        for v in (*range(16), 18, 20, 22, 40, 41, 42)
+        for v in (*range(16), 18, 20, 22, 40, 41, 42, *range(60, 69))
     },
     # the wide shared-memory mma kernel on every layer at every M (Hopper GEMM off): variant 8
     # (automatic tiles and K split) and 9 (128-row CTAs)

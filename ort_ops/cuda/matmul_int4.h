@@ -294,6 +294,25 @@ constexpr bool Int4ShuffledStagedOverGemv(int64_t n, int64_t k, int64_t m, int s
 // (matmul_int4_shuffled_wide_impl.cu; v = 0: automatic tile and K split, 1: 128-row CTAs). By
 // default it serves kInt4ShuffledWideMinM <= M below the Hopper GEMM.
 constexpr int kInt4ShuffledWideVariantBase = 8;
+// Variants kInt4ShuffledPieceVariantBase + v (v < kInt4ShuffledPieceConfigs): the piece mma
+// kernel (matmul_int4_shuffled_piece_impl.cu: a lane's 16-byte piece feeds four MMAs; tokens are
+// the MMA's columns, so M = 1..8 cost the same instructions), configuration v = (n16 tiles per
+// CTA, warps, units of 64 k in flight per warp, CTAs per SM by registers at M <= 8): 0: (1, 4,
+// 4, 7), 1: (1, 8, 4, 3), 2: (1, 16, 4, 2), 3: (1, 4, 8, 5), 4: (1, 8, 8, 2), 5: (2, 8, 4, 2),
+// 6: (2, 4, 4, 4), 7: (1, 32, 4, 1); kInt4ShuffledPieceVariantBase + kInt4ShuffledPieceConfigs:
+// Int4ShuffledPieceDefaultConfig.
+constexpr int kInt4ShuffledPieceVariantBase = 60;
+constexpr int kInt4ShuffledPieceConfigs = 8;
+// The configuration whose grid (N / 16 CTAs) fits one wave with the most warps per CTA (the
+// warps split K): 16 warps where N / 16 <= 2 SMs, 8 where <= 3, else 4 (7 CTAs per SM).
+constexpr int Int4ShuffledPieceDefaultConfig(int64_t n, int sms) {
+  const int64_t ctas = n / 16;
+  return ctas <= 2 * int64_t(sms) ? 2 : ctas <= 3 * int64_t(sms) ? 1 : 0;
+}
+constexpr bool Int4ShuffledPieceVariant(int variant) {
+  return variant >= kInt4ShuffledPieceVariantBase &&
+         variant <= kInt4ShuffledPieceVariantBase + kInt4ShuffledPieceConfigs;
+}
 // Variant -2 (PYQUANT_INT4_SHUF_VARIANT=-2): the default dispatch without the wide kernel whatever
 // kInt4ShuffledWideMinM says (the register mma kernel below the Hopper GEMM), for benchmarks. To
 // measure the wide kernel above the GEMM's start, set PYQUANT_INT4_SM90_MIN_M.

@@ -682,9 +682,15 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
     const T* bias = static_cast<const T*>(p.bias);
     T* y = static_cast<T*>(p.y);
     const int sms = CurrentSmCount();  // the default rules' one device query per launch
+    if (Int4ShuffledPieceVariant(variant) && AlignedTo(x, 16)) {
+      const int config = variant - kInt4ShuffledPieceVariantBase;
+      return LaunchInt4ShufPiece<T>(config < kInt4ShuffledPieceConfigs ? config : -1, sms, x, p.b, s, p.zero_points,
+                                    bias, y, g, pdl, stream);
+    }
     const bool variant_is_staged =
         variant >= kInt4ShuffledStagedVariantBase && variant < kInt4ShuffledStagedVariantBase + 3;
-    const bool variant_is_gemv = variant >= kInt4ShuffledGemvVariantBase && !variant_is_staged;
+    const bool variant_is_gemv =
+        variant >= kInt4ShuffledGemvVariantBase && !variant_is_staged && !Int4ShuffledPieceVariant(variant);
     const int gemv_config =
         variant_is_gemv ? variant - kInt4ShuffledGemvVariantBase
         : variant < 0 && p.m <= kInt4ShuffledGemvMaxM && !Int4ShuffledStagedOverGemv(g.n, g.k, p.m, sms)

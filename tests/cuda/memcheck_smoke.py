@@ -2,7 +2,7 @@
 
     compute-sanitizer --tool memcheck python tests/cuda/memcheck_smoke.py [--only SECTIONS]
 
-SECTIONS: a comma-separated subset of int4, mid, shuffled, knobs, fp8, split, fp8wo (default: all of
+SECTIONS: a comma-separated subset of int4, mid, shuffled, piece, knobs, fp8, split, fp8wo (default: all of
 these; the whole script takes over 200 s under memcheck on an H100), and the opt-in bench (the
 benchmark's 4096 x 14336 / 14336 x 4096 layers at M = 1 ... 1024).
 
@@ -39,7 +39,7 @@ def main() -> int:
     import onnxruntime as ort
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--only", default="int4,mid,shuffled,knobs,fp8,split,fp8wo")
+    parser.add_argument("--only", default="int4,mid,shuffled,piece,knobs,fp8,split,fp8wo")
     only = set(parser.parse_args().only.split(","))
 
     from pyquant import layout
@@ -117,6 +117,13 @@ def main() -> int:
             # the staged kernel with zero points, tiles past N and grid.y beyond 64 tokens
             with knobs({"PYQUANT_INT4_SHUF_VARIANT": "40", "PYQUANT_INT4_SM90_MIN_M": str(1 << 40)}):
                 n_checked += check_int4(dtype, 2304, 384, 64, False, (5, 17, 100))
+        # the piece mma kernel: every configuration, zero points, uneven warps (K = 1984: 31 units)
+        if dtype != "float32" and "piece" in only:
+            for variant in range(60, 69):
+                with knobs(
+                    {"PYQUANT_INT4_SHUF_VARIANT": str(variant), "PYQUANT_INT4_SM90_MIN_M": str(1 << 40)}
+                ):
+                    n_checked += check_int4(dtype, 1984, 256, 64, variant % 2 == 0, (1, 8, 9, 17))
         # the Hopper GEMM's scheduler knobs (split-K ordered / unordered, stream-K)
         if dtype == "float16" and "knobs" in only:
             for env in (

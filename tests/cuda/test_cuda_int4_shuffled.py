@@ -172,6 +172,28 @@ def test_int4_shuffled_gemv_variants(rng, variant, dtype, symmetric):
     _check_int4(sess, rng, [1, 2, 3, 4, 5], k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
+# (K, N, block size) for the piece kernel's configurations, one per variant (cycled): uneven and
+# empty warps (K = 448: 7 units of 64 k; K = 1984: 31), N / 16 CTAs with 1 or 2 tiles each, block
+# sizes 64 / 128 / 256 (a unit of 64 k always lies in one block).
+_PIECE_SHAPES = [(2048, 768, 64), (1984, 384, 128), (1024, 6656, 256), (448, 256, 64)]
+
+
+@pytest.mark.parametrize("variant", range(60, 69))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_int4_shuffled_piece_variants(rng, variant, dtype, symmetric):
+    """The piece mma kernel (matmul_int4_shuffled_piece_impl.cu), every configuration (60..67) and
+    the automatic one (68), at M = 1..8 (one token tile), 9..16 (two) and beyond (grid.y), with
+    the Hopper GEMM off."""
+    k, n, bs = _PIECE_SHAPES[variant % len(_PIECE_SHAPES)]
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
+    sess = _shuffled_session(
+        model, PYQUANT_INT4_SHUF_VARIANT=str(variant), PYQUANT_INT4_SM90_MIN_M=str(1 << 40)
+    )
+    ms = [1, 2, 3, 5, 8, 9, 16, 17, 40]
+    _check_int4(sess, rng, ms, k, n, bs, dtype, b, scales_t, zp, bias_t)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_int4_shuffled_gemv_default_long_k(rng, dtype, symmetric):
@@ -184,11 +206,12 @@ def test_int4_shuffled_gemv_default_long_k(rng, dtype, symmetric):
     _check_int4(sess, rng, [1, 2, 5], k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
-@pytest.mark.parametrize("variant", ["-1", "13"])
+@pytest.mark.parametrize("variant", ["-1", "13", "60", "68"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_int4_shuffled_large_activations(rng, variant, dtype):
     """|X| = 4000 with small scales: the GEMV's unscaled fp16 chains overflow, so its slow path
-    must give the finite true sums (and the mma kernel never had the problem)."""
+    must give the finite true sums (the mma kernels, the piece kernel included, sum in fp32 and
+    never had the problem)."""
     from pyquant import layout
     from pyquant.reference import assert_within_limit, matmul_int4_ref
     from tests.ops.graphs import int4_model

@@ -48,6 +48,8 @@ Methods (fp16 activations):
                     the staged mma kernel with automatic / wide / tall CTAs where M is past the GEMV,
                     60..67 the piece mma kernel's configurations and 68 its automatic choice:
                     ort_ops/cuda/matmul_int4.h), on every layer (not in the default list)
+  pyquant_int4_nopiece  the default without the piece mma kernel (PYQUANT_INT4_SHUF_VARIANT=-3: the
+                    kernels it replaced at M <= 16 on narrow layers) (not in the default list)
   pyquant_int4_wide / _wide1  the wide shared-memory kernel (variant 8 / 9) on every layer at every
                     M, Hopper GEMM off (not in the default list); _wide_f3: variant 8 with its K
                     split aimed at 3 CTAs per SM (PYQUANT_INT4_WIDE_FILL=300)
@@ -140,6 +142,8 @@ METHOD_ENV = {
     # matmul_int4.h) and the Hopper GEMM's start over them (sm90 from M)
     # (every layer the order tiles, PYQUANT_INT4_SHUFFLE=all, not only the default's large ones)
     "pyquant_int4_all": {"PYQUANT_INT4_SHUFFLE": "all"},
+    # the default dispatch without the piece mma kernel (the kernels before session 43)
+    "pyquant_int4_nopiece": {"PYQUANT_INT4_SHUF_VARIANT": "-3"},
     **{
         f"pyquant_int4_sv{v}": {"PYQUANT_INT4_SHUF_VARIANT": str(v), "PYQUANT_INT4_SHUFFLE": "all"}
         for v in (*range(16), 18, 20, 22, 40, 41, 42, *range(60, 69))

@@ -174,11 +174,12 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 //   ShuffleInt4Weights: writes the shuffled order of the row-major codes `src` ([N, row_bytes])
 //     at dst (Int4ShuffledWeightBytes bytes; dst must not overlap src) on `stream`;
 //   LaunchMatMulInt4Shuffled: p.b in the shuffled order, T = __half / __nv_bfloat16, block_size
-//     64 / 128 / 256: the CUDA-core GEMV where Int4ShuffledGemvDefaultConfig picks it (M <= 4,
+//     64 / 128 / 256: the piece mma kernel where Int4ShuffledPieceByDefault picks it (16-byte
+//     aligned X), else the CUDA-core GEMV where Int4ShuffledGemvDefaultConfig picks it (M <= 4,
 //     16-byte aligned X; not Int4ShuffledStagedOverGemv), else on narrow layers the staged mma
 //     kernel (Int4ShuffledStagedByDefault; 16-byte aligned X, K a whole number of its stages), else
 //     the register mma.sync kernel (4-byte aligned X), else the reference.
-//     variant: -1 = default;
+//     variant: -1 = default; -2 the default without the wide kernel, -3 without the piece kernel;
 //     0..7 the mma kernel's (NT, warps, U, cluster) configurations; 8, 9 the wide kernel (below);
 //     40..42 the staged kernel (kInt4ShuffledStagedVariantBase);
 //     kInt4ShuffledGemvVariantBase + v the
@@ -300,15 +301,32 @@ constexpr int kInt4ShuffledWideVariantBase = 8;
 // CTA, warps, units of 64 k in flight per warp, CTAs per SM by registers at M <= 8): 0: (1, 4,
 // 4, 7), 1: (1, 8, 4, 3), 2: (1, 16, 4, 2), 3: (1, 4, 8, 5), 4: (1, 8, 8, 2), 5: (2, 8, 4, 2),
 // 6: (2, 4, 4, 4), 7: (1, 32, 4, 1); kInt4ShuffledPieceVariantBase + kInt4ShuffledPieceConfigs:
-// Int4ShuffledPieceDefaultConfig.
+// Int4ShuffledPieceDefaultConfig (below).
 constexpr int kInt4ShuffledPieceVariantBase = 60;
 constexpr int kInt4ShuffledPieceConfigs = 8;
-// The configuration whose grid (N / 16 CTAs) fits one wave with the most warps per CTA (the
-// warps split K): 16 warps where N / 16 <= 2 SMs, 8 where <= 3, else 4 (7 CTAs per SM).
-constexpr int Int4ShuffledPieceDefaultConfig(int64_t n, int sms) {
-  const int64_t ctas = n / 16;
-  return ctas <= 2 * int64_t(sms) ? 2 : ctas <= 3 * int64_t(sms) ? 1 : 0;
+// Where the default dispatch takes the piece kernel (variant -1; -3 keeps the kernels before it,
+// for benchmarks), and with which configuration: M <= 16 on layers of N / 16 <= 2 SMs (16 warps
+// per CTA), 2 <= M <= 8 on N / 16 <= 4 SMs (two n16 tiles and 8 warps per CTA). H200, same run, us,
+// the former default -> the piece kernel (bench/results/2026-11-28-h200-s43-piece-bench-cuda.md):
+// 14336 x 4096 (256 CTAs) M = 1 / 2 / 4 / 8 / 16 11.1 / 14.4 / 15.7 / 15.8 / 17.9 -> 10.8 / 10.9 /
+// 11.1 / 12.0 / 17.5; 8192 x 8192 (512 tiles) M = 2 / 4 / 8 15.6 / 13.3 / 14.6 -> 13.3 / 13.5 /
+// 13.9; 2048 x 8192 M = 2 / 4 / 8 5.2 / 5.5 / 5.7 -> 4.5 / 4.5 / 4.6. Not where it lost: M = 1 on
+// those two (12.2 -> 13.1, 4.3 -> 4.4), M = 16 on 8192 x 8192 (19.5 -> 20.4-22.5), and 4096 x
+// 14336 (896 tiles; the GEMV 9.7 at M = 1 against 11.6-15.3: with 71-80 registers per thread the
+// 4-warp CTAs fill 1.1 waves, the 2-tile ones leave 16 warps per SM; M = 2-8 even).
+constexpr bool Int4ShuffledPieceByDefault(int64_t n, int64_t m, int sms) {
+  const int64_t tiles = n / 16;
+  return (tiles <= 2 * int64_t(sms) && m <= 16) || (tiles <= 4 * int64_t(sms) && m >= 2 && m <= 8);
 }
+constexpr int Int4ShuffledPieceDefaultConfig(int64_t n, int sms) {
+  const int64_t tiles = n / 16;
+  return tiles <= 2 * int64_t(sms) ? 2 : tiles <= 4 * int64_t(sms) ? 5 : 0;
+}
+static_assert(Int4ShuffledPieceByDefault(4096, 1, 132) && Int4ShuffledPieceByDefault(4096, 16, 132) &&
+                  !Int4ShuffledPieceByDefault(4096, 17, 132) && !Int4ShuffledPieceByDefault(8192, 1, 132) &&
+                  Int4ShuffledPieceByDefault(8192, 2, 132) && Int4ShuffledPieceByDefault(8192, 8, 132) &&
+                  !Int4ShuffledPieceByDefault(8192, 9, 132) && !Int4ShuffledPieceByDefault(14336, 4, 132),
+              "the measured choices above (N, M, SMs)");
 constexpr bool Int4ShuffledPieceVariant(int variant) {
   return variant >= kInt4ShuffledPieceVariantBase &&
          variant <= kInt4ShuffledPieceVariantBase + kInt4ShuffledPieceConfigs;

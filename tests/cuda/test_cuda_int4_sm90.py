@@ -191,6 +191,20 @@ def test_int4_sm90_pingpong_rule(rng, tile, bs, symmetric):
     _check_int4(sess, rng, [65, 100, 128, 129, 200, 256, 300], k, n, bs, "float16", b, scales_t, zp, bias_t)
 
 
+@pytest.mark.parametrize("kn", [(4096, 4096), (8192, 4096)])
+@pytest.mark.parametrize("bs", [64, 128])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_int4_sm90_tile192_rule(rng, kn, bs, symmetric):
+    """The default tiles' 192-token rule (int4_gemm_sm90.cu, Tile192ByDefault: fp16,
+    128 < M <= 192, N, K >= 4096): the 64 x 192 ping-pong tiles on 4096 x 4096, the 128 x 192
+    cooperative ones with K = 8192; M = 128 / 193 on the tiles around them. Under the op's own
+    defaults (B shuffled on 8192 x 4096, row-major on 4096 x 4096)."""
+    k, n = kn
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, "float16", symmetric, True)
+    sess = _sm90_session(model, min_m=None)
+    _check_int4(sess, rng, [128, 129, 160, 192, 193], k, n, bs, "float16", b, scales_t, zp, bias_t)
+
+
 @pytest.mark.parametrize("tile", ["auto", "coop"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("bs", [64, 128])

@@ -91,13 +91,41 @@ static_assert(!Pingpong128ByDefault(4096, 4096, 64, 132) && !Pingpong128ByDefaul
                   !Pingpong128ByDefault(8192, 8192, 128, 132),
               "the measured losses (N, K, M), and M = 64 (the Narrow tiles' range)");
 
+// 192 tokens per tile for 128 < M <= 192 (one token tile; the default tiles pad such M to 256, and
+// above 192 two 192-token tiles pad more than one of 256), on layers of N, K >= 4096: 64 x 192
+// ping-pong ("p192") where p128's conditions hold (N / 64 <= SMs, K <= kPingpong128MaxK), else
+// 128 x 192 cooperative ("w192"). H200, same runs, us, the default (p128 on 4096^2, Mid 64 x 256
+// ping-pong or cooperative elsewhere) -> the 192 tile (torch fp16), M = 129 / 144 / 160 / 176 / 192:
+//   4096^2 (p192): 31.6 / 27.9 / 28.8 / 25.3 / 24.7 -> 23.0 / 24.3 / 23.0 / 25.0 / 22.9 (13-20)
+//   4096 x 14336 (w192): 87.2 / 78.6 / 76.9 / 72.7 / 65.1 -> 37.7 / 36.3 / 39.0 / 38.6 / 40.5 (35-44)
+//   14336 x 4096 (w192): 63.0 / 59.4 / 58.5 / 56.2 / 57.5 -> 53.0 / 47.8 / 46.6 / 49.1 / 47.9 (42-50)
+//   8192^2 (w192): 83.5 / 82.6 / 79.8 / 75.7 / 68.5 -> 50.1 / 47.8 / 49.6 / 48.4 / 51.7 (41-51;
+//     p192 55.2 / 53.3 / 45.8 / 55.0 / 49.2)
+// (bench/results/2026-11-28-h200-s43-t192-bench-cuda.md, …-s43-t192b-bench-cuda.md). At M = 224 /
+// 256 both 192 tiles lose (1.4-3x slower). Smaller layers (2048 wide) are not measured and keep the
+// tiles above.
+constexpr int Tile192ByDefault(int64_t n, int64_t k, int64_t m, int sms) {
+  if (m <= 128 || m > 192 || n < 4096 || k < 4096) return 0;
+  return (n + 63) / 64 <= sms && k <= kPingpong128MaxK ? kInt4Sm90TilePingpong192 : kInt4Sm90TileWide192;
+}
+static_assert(Tile192ByDefault(4096, 4096, 129, 132) == kInt4Sm90TilePingpong192 &&
+                  Tile192ByDefault(14336, 4096, 192, 132) == kInt4Sm90TileWide192 &&
+                  Tile192ByDefault(4096, 14336, 160, 132) == kInt4Sm90TileWide192 &&
+                  Tile192ByDefault(8192, 8192, 144, 132) == kInt4Sm90TileWide192,
+              "the measured wins (N, K, M; comment above)");
+static_assert(Tile192ByDefault(4096, 4096, 128, 132) == 0 && Tile192ByDefault(4096, 4096, 193, 132) == 0 &&
+                  Tile192ByDefault(8192, 2048, 160, 132) == 0 && Tile192ByDefault(2048, 8192, 160, 132) == 0,
+              "outside: M <= 128 or > 192, layers narrower than 4096 (N, K, M)");
+
 // The variant a call runs: the one PYQUANT_INT4_SM90_TILE asked for (kInt4Sm90TileCooperative:
-// the default tiles without the rule above), else p128 where the rule picks it, else 0 (the
-// default tiles).
+// the default tiles without the rules above), else a 192-token tile or p128 where the rules pick
+// them, else 0 (the default tiles).
 int VariantFor(const Int4GemmArgs& a, bool bf16) {
   if (a.variant == kInt4Sm90TileCooperative) return 0;
   if (a.variant != 0 || bf16) return a.variant;
-  return Pingpong128ByDefault(a.n, a.k, a.m, CudaSmCount(a.device)) ? kInt4Sm90TilePingpong128 : 0;
+  const int sms = CudaSmCount(a.device);
+  if (const int t192 = Tile192ByDefault(a.n, a.k, a.m, sms)) return t192;
+  return Pingpong128ByDefault(a.n, a.k, a.m, sms) ? kInt4Sm90TilePingpong128 : 0;
 }
 
 // a with its variant resolved (VariantFor).

@@ -47,8 +47,8 @@ struct Int4GemmArgs {
   int row_bytes = 0;   // bytes of one B row = n_blocks * block_size / 2
   int device = 0;      // CUDA device ordinal of the pointers
   // Benchmark variant (PYQUANT_INT4_SM90_TILE; int4_gemm_sm90_variants.cu), fp16 only, every
-  // M on the Hopper path; 0 = the default tiles (with int4_gemm_sm90.cu's ping-pong rule,
-  // Pingpong128ByDefault), kInt4Sm90TileCooperative = the default tiles without that rule. A
+  // M on the Hopper path; 0 = the default tiles (with int4_gemm_sm90.cu's rules, Tile192ByDefault
+  // and Pingpong128ByDefault), kInt4Sm90TileCooperative = the default tiles without them. A
   // variant that cannot take the problem leaves the default.
   int variant = 0;
   // The shuffled weight copy (ShuffleInt4Weights), or nullptr: when set (and the copy

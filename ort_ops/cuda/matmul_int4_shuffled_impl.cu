@@ -360,8 +360,6 @@ __global__ void __launch_bounds__(kWarps * 32, ShufMmaMinCtas<MT8, NT, kWarps>()
 // gives more, smaller CTAs (4096 x 4096: 256 CTAs at kP = 8 is 2 per SM). X's 16 activations of
 // a k-tile (two 16-byte L1 loads per token) serve the thread's 2 kTiles rows.
 // ---------------------------------------------------------------------------------------------
-template <typename T>
-using ShufT2 = std::conditional_t<std::is_same<T, __half>::value, __half2, __nv_bfloat162>;
 
 // The 16 activations of token m at k-tile kt as pairs: xp[0][w] = (x[2w], x[2w + 1]),
 // xp[1][w] = (x[2w + 8], x[2w + 9]).

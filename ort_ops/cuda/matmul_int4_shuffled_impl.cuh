@@ -13,6 +13,10 @@
 namespace pyquant {
 namespace cuda_detail {
 
+// The packed pair type of T (__half -> __half2, __nv_bfloat16 -> __nv_bfloat162).
+template <typename T>
+using ShufT2 = std::conditional_t<std::is_same<T, __half>::value, __half2, __nv_bfloat162>;
+
 // ---------------------------------------------------------------------------------------------
 // Decode of one shuffled word (layout/int4_shuffled.h) with the per-row constants of its block.
 // Out: w[0] = row r0 at k (2w, 2w+1), w[1] = r1 there, w[2] = r0 at (2w+8, 2w+9), w[3] = r1 there:

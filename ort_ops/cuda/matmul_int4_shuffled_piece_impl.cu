@@ -23,6 +23,14 @@
 // per word, unscaled: q - zp exact in T), 4 MMAs (MT8 = 1) and, per unit, 4 fp32 FMAs that apply
 // the rows' block scales to the unit's fp32 partial sums (a unit lies in one block: block_size
 // >= 64 on this order). Tokens are the MMA's 8 columns, so M = 1..8 cost the same instructions.
+// SASS (nvcc 13.0, fp16, configuration 0, tools/sass_mix.py): 288 instructions per 4 units, 2.25
+// per weight (the GEMV: ~3.05); of the 72 per unit, ~8 are moves that pair X's words w of the two
+// 16-byte loads into the B operand's register pair, the rest addresses and loop control.
+// Measured (H200, matmul_int4.h Int4ShuffledPieceByDefault): faster than the GEMV / staged /
+// register kernels at M = 2-8 where N / 16 CTAs fit 4 SMs' worth, and at M = 1-16 on narrow layers
+// (N / 16 <= 2 SMs: 16 warps per CTA); slower at M = 1 on wide ones (4096 x 14336: 11.6-15.3
+// against the GEMV's 9.7 us), where its CTAs at 71-80 registers either spill into a second wave
+// (4 warps) or hold 16 warps per SM (2 tiles).
 //
 // Numerics: (q - zp) exact in T; the MMA's fp16 x fp16 / bf16 x bf16 products exact in fp32 and
 // summed in fp32; one fp32 scale multiply per unit and row; fp32 sums across units and warps in a
@@ -38,8 +46,6 @@
 //
 // Preconditions (LaunchMatMulInt4Shuffled): T = __half / __nv_bfloat16, N % 128 == 0, K % 64 ==
 // 0, block_size 64 / 128 / 256, X 16-byte aligned.
-#include <type_traits>
-
 #include "cuda/matmul_int4.h"
 #include "cuda/matmul_int4_impl.cuh"
 #include "cuda/matmul_int4_shuffled_impl.cuh"
@@ -54,9 +60,6 @@ namespace {
 
 // k of one unit: 4 k-tiles, one per lane of a quad.
 constexpr int kPieceUnitK = 4 * kInt4ShuffleTile;
-
-template <typename T>
-using ShufT2Of = std::conditional_t<std::is_same<T, __half>::value, __half2, __nv_bfloat162>;
 
 // One unit's loads for NT tiles: the lane's piece, the raw scale bits of its rows gr (low half)
 // and gr + 8 (high half) in their block, and with kZp their zero points (bits 0..3 / 8..11).
@@ -81,7 +84,7 @@ __global__ void __launch_bounds__(kWarps * 32, PieceMinCtas<MT8, kMinCtas>())
     int4_shuffled_piece_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
                                const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y,
                                Int4Geom g, bool weights_early) {
-  using T2 = ShufT2Of<T>;
+  using T2 = ShufT2<T>;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gr = lane >> 2, tq = lane & 3;
   const int nt0 = blockIdx.x * NT;

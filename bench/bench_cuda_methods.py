@@ -50,6 +50,9 @@ Methods (fp16 activations):
                     ort_ops/cuda/matmul_int4.h), on every layer (not in the default list)
   pyquant_int4_nopiece  the default without the piece mma kernel (PYQUANT_INT4_SHUF_VARIANT=-3: the
                     kernels it replaced at M <= 16 on narrow layers) (not in the default list)
+  pyquant_int4_paired / _sv<60..68>p  the default / a piece kernel variant with its MMAs regrouped
+                    so that X needs no register moves (PYQUANT_INT4_PIECE_PAIRED=1) (not in the
+                    default list)
   pyquant_int4_wide / _wide1  the wide shared-memory kernel (variant 8 / 9) on every layer at every
                     M, Hopper GEMM off (not in the default list); _wide_f3: variant 8 with its K
                     split aimed at 3 CTAs per SM (PYQUANT_INT4_WIDE_FILL=300)
@@ -142,8 +145,18 @@ METHOD_ENV = {
     # matmul_int4.h) and the Hopper GEMM's start over them (sm90 from M)
     # (every layer the order tiles, PYQUANT_INT4_SHUFFLE=all, not only the default's large ones)
     "pyquant_int4_all": {"PYQUANT_INT4_SHUFFLE": "all"},
-    # the default dispatch without the piece mma kernel (the kernels before session 43)
+    # the default dispatch without the piece mma kernel (the kernels before session 43), and with
+    # its MMAs regrouped so that X needs no register moves
     "pyquant_int4_nopiece": {"PYQUANT_INT4_SHUF_VARIANT": "-3"},
+    "pyquant_int4_paired": {"PYQUANT_INT4_PIECE_PAIRED": "1"},
+    **{
+        f"pyquant_int4_sv{v}p": {
+            "PYQUANT_INT4_SHUF_VARIANT": str(v),
+            "PYQUANT_INT4_SHUFFLE": "all",
+            "PYQUANT_INT4_PIECE_PAIRED": "1",
+        }
+        for v in range(60, 69)
+    },
     **{
         f"pyquant_int4_sv{v}": {"PYQUANT_INT4_SHUF_VARIANT": str(v), "PYQUANT_INT4_SHUFFLE": "all"}
         for v in (*range(16), 18, 20, 22, 40, 41, 42, *range(60, 69))

@@ -65,11 +65,14 @@ struct Int4Workspace {
 //   variant: PYQUANT_INT4_SHUF_VARIANT, -1 = the default dispatch (see kInt4ShuffledGemvVariantBase);
 //   wide_fill: PYQUANT_INT4_WIDE_FILL, the wide kernel's K-split target (kInt4ShuffledWideFill);
 //   x_ahead: PYQUANT_INT4_SHUF_XAHEAD = 0 / 1 / 2, the register mma kernel's X fragments loaded one
-//     (2: two, at MT8 <= 2) k16 steps ahead of their MMAs (-1 = Int4ShuffledXAheadDefault).
+//     (2: two, at MT8 <= 2) k16 steps ahead of their MMAs (-1 = Int4ShuffledXAheadDefault);
+//   piece_paired: PYQUANT_INT4_PIECE_PAIRED=1, the piece kernel's MMAs regrouped so that each B
+//     operand is an aligned register pair of one X load (no moves; session 43, not yet measured).
 struct Int4ShufKnobs {
   int variant = -1;
   int wide_fill = kInt4ShuffledWideFill;
   int x_ahead = -1;
+  bool piece_paired = false;
 };
 // Inputs of the sm90 GEMM that the node derives once from constant scales / zero points:
 // scales_t [n_blocks, N] T = scales transposed, zeros_t [n_blocks, N] T = -zp * scale.
@@ -299,9 +302,11 @@ constexpr int kInt4ShuffledWideVariantBase = 8;
 // kernel (matmul_int4_shuffled_piece_impl.cu: a lane's 16-byte piece feeds four MMAs; tokens are
 // the MMA's columns, so M = 1..8 cost the same instructions), configuration v = (n16 tiles per
 // CTA, warps, units of 64 k in flight per warp, CTAs per SM by registers at M <= 8): 0: (1, 4,
-// 4, 7), 1: (1, 8, 4, 3), 2: (1, 16, 4, 2), 3: (1, 4, 8, 5), 4: (1, 8, 8, 2), 5: (2, 8, 4, 2),
-// 6: (2, 4, 4, 4), 7: (1, 32, 4, 1); kInt4ShuffledPieceVariantBase + kInt4ShuffledPieceConfigs:
-// Int4ShuffledPieceDefaultConfig (below).
+// 4, 6), 1: (1, 8, 4, 3), 2: (1, 16, 4, 2), 3: (1, 4, 8, 4), 4: (1, 4, 3, 8), 5: (2, 8, 4, 2),
+// 6: (2, 4, 4, 4), 7: (1, 4, 4, 7); kInt4ShuffledPieceVariantBase + kInt4ShuffledPieceConfigs:
+// Int4ShuffledPieceDefaultConfig (below). Configurations 4 and 7 (one wave of 4-warp CTAs for
+// 896-CTA layers at 64 / 72 registers; with PYQUANT_INT4_PIECE_PAIRED=1 without spills on fp16)
+// replaced (1, 8, 8, 2) and (1, 32, 4, 1) after session 43's run and are not measured yet.
 constexpr int kInt4ShuffledPieceVariantBase = 60;
 constexpr int kInt4ShuffledPieceConfigs = 8;
 // Where the default dispatch takes the piece kernel (variant -1; -3 keeps the kernels before it,

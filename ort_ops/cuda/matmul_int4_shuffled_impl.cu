@@ -684,8 +684,8 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
         Int4ShuffledPieceVariant(variant) || (variant == -1 && Int4ShuffledPieceByDefault(g.n, g.m, sms));
     if (piece && AlignedTo(x, 16)) {
       const int config = variant - kInt4ShuffledPieceVariantBase;
-      return LaunchInt4ShufPiece<T>(config >= 0 && config < kInt4ShuffledPieceConfigs ? config : -1, sms, x, p.b, s,
-                                    p.zero_points, bias, y, g, pdl, stream);
+      return LaunchInt4ShufPiece<T>(config >= 0 && config < kInt4ShuffledPieceConfigs ? config : -1, knobs.piece_paired,
+                                    sms, x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
     }
     const bool variant_is_staged =
         variant >= kInt4ShuffledStagedVariantBase && variant < kInt4ShuffledStagedVariantBase + 3;

@@ -72,14 +72,17 @@ struct PieceSlot {
 
 // kMinCtas: CTAs per SM that the M <= 8 kernel must fit by registers (ptxas, nvcc 13.0, uncapped:
 // ~71 registers at (NT, D) = (1, 4), 85 at (2, 4), 95 at (1, 8)); MT8 = 2 needs ~15 more, so
-// three quarters of that count. Configuration 7 (1024 threads: 64 registers) spills at MT8 = 2.
+// three quarters of that count. At the caps some instances spill a few dozen bytes (ptxas -v):
+// configuration 7 (72 registers) unless paired on fp16, configuration 4 (64) at MT8 = 2.
 template <int MT8, int kMinCtas>
 constexpr int PieceMinCtas() {
   return MT8 == 1 ? kMinCtas : (kMinCtas * 3 / 4 > 0 ? kMinCtas * 3 / 4 : 1);
 }
 
 // kZp: zero points given (else the symmetric 8, folded into the decode constants at compile time).
-template <typename T, int MT8, int NT, int kWarps, int D, int kMinCtas, bool kZp>
+// kPairedX: MMAs regrouped so that each B operand is an aligned register pair of one X load (see
+// run_unit; PYQUANT_INT4_PIECE_PAIRED, not a default until measured).
+template <typename T, int MT8, int NT, int kWarps, int D, int kMinCtas, bool kZp, bool kPairedX>
 __global__ void __launch_bounds__(kWarps * 32, PieceMinCtas<MT8, kMinCtas>())
     int4_shuffled_piece_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
                                const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y,
@@ -160,13 +163,31 @@ __global__ void __launch_bounds__(kWarps * 32, PieceMinCtas<MT8, kMinCtas>())
       float part[MT8][4];
 #pragma unroll
       for (int t = 0; t < MT8; ++t) part[t][0] = part[t][1] = part[t][2] = part[t][3] = 0.0f;
+      if constexpr (kPairedX) {
+        // Words w, w + 1 (w even) in two MMAs: the first takes their k = 2w.. and 2w + 2.. pairs
+        // (a0 / a1 from word w, a2 / a3 from word w + 1), the second their k = 2w + 8.. and
+        // 2w + 10.. pairs; then B is X's words w, w + 1 of one 16-byte load, an aligned register
+        // pair of it (the layout above pairs words w of both loads, which costs moves).
 #pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        uint32_t a[4];
-        DecodeShufWord<T, false>(Word(sl.q[j], w), rows, a);
+        for (int w = 0; w < 4; w += 2) {
+          uint32_t p[4], q[4];
+          DecodeShufWord<T, false>(Word(sl.q[j], w), rows, p);
+          DecodeShufWord<T, false>(Word(sl.q[j], w + 1), rows, q);
 #pragma unroll
-        for (int t = 0; t < MT8; ++t)
-          Mma16816<T>(part[t], a[0], a[1], a[2], a[3], Word(xv[t][0], w), Word(xv[t][1], w));
+          for (int t = 0; t < MT8; ++t) {
+            Mma16816<T>(part[t], p[0], p[1], q[0], q[1], Word(xv[t][0], w), Word(xv[t][0], w + 1));
+            Mma16816<T>(part[t], p[2], p[3], q[2], q[3], Word(xv[t][1], w), Word(xv[t][1], w + 1));
+          }
+        }
+      } else {
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          uint32_t a[4];
+          DecodeShufWord<T, false>(Word(sl.q[j], w), rows, a);
+#pragma unroll
+          for (int t = 0; t < MT8; ++t)
+            Mma16816<T>(part[t], a[0], a[1], a[2], a[3], Word(xv[t][0], w), Word(xv[t][1], w));
+        }
       }
       const float2 sf = Float2Of(*reinterpret_cast<const T2*>(&sl.s[j]));  // rows gr, gr + 8
 #pragma unroll
@@ -213,46 +234,52 @@ __global__ void __launch_bounds__(kWarps * 32, PieceMinCtas<MT8, kMinCtas>())
 }
 
 template <typename T, int MT8, int NT, int kWarps, int D, int kMinCtas>
-cudaError_t LaunchPiece(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
+cudaError_t LaunchPiece(bool paired, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
                         const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(g.n / (16 * NT)), static_cast<unsigned>((g.m + 8 * MT8 - 1) / (8 * MT8)));
-  auto kernel = zp != nullptr ? int4_shuffled_piece_kernel<T, MT8, NT, kWarps, D, kMinCtas, true>
-                              : int4_shuffled_piece_kernel<T, MT8, NT, kWarps, D, kMinCtas, false>;
+  auto kernel = zp != nullptr ? int4_shuffled_piece_kernel<T, MT8, NT, kWarps, D, kMinCtas, true, false>
+                              : int4_shuffled_piece_kernel<T, MT8, NT, kWarps, D, kMinCtas, false, false>;
+  if (paired) {
+    kernel = zp != nullptr ? int4_shuffled_piece_kernel<T, MT8, NT, kWarps, D, kMinCtas, true, true>
+                           : int4_shuffled_piece_kernel<T, MT8, NT, kWarps, D, kMinCtas, false, true>;
+  }
   return LaunchWithPdl(kernel, grid, dim3(32 * kWarps), stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
 }
 
 // (NT, warps, D, CTAs per SM by registers) per configuration: kInt4ShuffledPieceVariantBase's
 // comment (matmul_int4.h).
 template <typename T, int MT8>
-cudaError_t LaunchPieceMt(int config, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
-                          const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
+cudaError_t LaunchPieceMt(int config, bool paired, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
+                          const T* bias, T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   switch (config) {
-    case 1: return LaunchPiece<T, MT8, 1, 8, 4, 3>(x, b, s, zp, bias, y, g, pdl, stream);
-    case 2: return LaunchPiece<T, MT8, 1, 16, 4, 2>(x, b, s, zp, bias, y, g, pdl, stream);
-    case 3: return LaunchPiece<T, MT8, 1, 4, 8, 4>(x, b, s, zp, bias, y, g, pdl, stream);
-    case 4: return LaunchPiece<T, MT8, 1, 8, 8, 2>(x, b, s, zp, bias, y, g, pdl, stream);
-    case 5: return LaunchPiece<T, MT8, 2, 8, 4, 2>(x, b, s, zp, bias, y, g, pdl, stream);
-    case 6: return LaunchPiece<T, MT8, 2, 4, 4, 4>(x, b, s, zp, bias, y, g, pdl, stream);
-    case 7: return LaunchPiece<T, MT8, 1, 32, 4, 1>(x, b, s, zp, bias, y, g, pdl, stream);
-    default: return LaunchPiece<T, MT8, 1, 4, 4, 6>(x, b, s, zp, bias, y, g, pdl, stream);
+    case 1: return LaunchPiece<T, MT8, 1, 8, 4, 3>(paired, x, b, s, zp, bias, y, g, pdl, stream);
+    case 2: return LaunchPiece<T, MT8, 1, 16, 4, 2>(paired, x, b, s, zp, bias, y, g, pdl, stream);
+    case 3: return LaunchPiece<T, MT8, 1, 4, 8, 4>(paired, x, b, s, zp, bias, y, g, pdl, stream);
+    case 4: return LaunchPiece<T, MT8, 1, 4, 3, 8>(paired, x, b, s, zp, bias, y, g, pdl, stream);
+    case 5: return LaunchPiece<T, MT8, 2, 8, 4, 2>(paired, x, b, s, zp, bias, y, g, pdl, stream);
+    case 6: return LaunchPiece<T, MT8, 2, 4, 4, 4>(paired, x, b, s, zp, bias, y, g, pdl, stream);
+    case 7: return LaunchPiece<T, MT8, 1, 4, 4, 7>(paired, x, b, s, zp, bias, y, g, pdl, stream);
+    default: return LaunchPiece<T, MT8, 1, 4, 4, 6>(paired, x, b, s, zp, bias, y, g, pdl, stream);
   }
 }
 
 }  // namespace
 
 template <typename T>
-cudaError_t LaunchInt4ShufPiece(int config, int sms, const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
-                                const T* bias, T* y, const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
+cudaError_t LaunchInt4ShufPiece(int config, bool paired, int sms, const T* x, const uint8_t* b, const T* s,
+                                const uint8_t* zp, const T* bias, T* y, const Int4Geom& g, PdlMode pdl,
+                                cudaStream_t stream) {
   if (g.k % kPieceUnitK != 0 || g.n % 128 != 0 || g.bs_log2 < 6 || g.m <= 0) return cudaErrorInvalidValue;
   if (config < 0) config = Int4ShuffledPieceDefaultConfig(g.n, sms);
-  if (g.m <= 8) return LaunchPieceMt<T, 1>(config, x, b, s, zp, bias, y, g, pdl, stream);
+  if (g.m <= 8) return LaunchPieceMt<T, 1>(config, paired, x, b, s, zp, bias, y, g, pdl, stream);
   if (int64_t(g.m + 15) / 16 > 65535) return cudaErrorInvalidValue;
-  return LaunchPieceMt<T, 2>(config, x, b, s, zp, bias, y, g, pdl, stream);
+  return LaunchPieceMt<T, 2>(config, paired, x, b, s, zp, bias, y, g, pdl, stream);
 }
 
-template cudaError_t LaunchInt4ShufPiece<__half>(int, int, const __half*, const uint8_t*, const __half*, const uint8_t*,
-                                                 const __half*, __half*, const Int4Geom&, PdlMode, cudaStream_t);
-template cudaError_t LaunchInt4ShufPiece<__nv_bfloat16>(int, int, const __nv_bfloat16*, const uint8_t*,
+template cudaError_t LaunchInt4ShufPiece<__half>(int, bool, int, const __half*, const uint8_t*, const __half*,
+                                                 const uint8_t*, const __half*, __half*, const Int4Geom&, PdlMode,
+                                                 cudaStream_t);
+template cudaError_t LaunchInt4ShufPiece<__nv_bfloat16>(int, bool, int, const __nv_bfloat16*, const uint8_t*,
                                                         const __nv_bfloat16*, const uint8_t*, const __nv_bfloat16*,
                                                         __nv_bfloat16*, const Int4Geom&, PdlMode, cudaStream_t);
 

@@ -117,13 +117,18 @@ def main() -> int:
             # the staged kernel with zero points, tiles past N and grid.y beyond 64 tokens
             with knobs({"PYQUANT_INT4_SHUF_VARIANT": "40", "PYQUANT_INT4_SM90_MIN_M": str(1 << 40)}):
                 n_checked += check_int4(dtype, 2304, 384, 64, False, (5, 17, 100))
-        # the piece mma kernel: every configuration, zero points, uneven warps (K = 1984: 31 units)
+        # the piece mma kernel: every configuration, both MMA groupings, zero points, uneven warps
+        # (K = 1984: 31 units)
         if dtype != "float32" and "piece" in only:
             for variant in range(60, 69):
-                with knobs(
-                    {"PYQUANT_INT4_SHUF_VARIANT": str(variant), "PYQUANT_INT4_SM90_MIN_M": str(1 << 40)}
-                ):
-                    n_checked += check_int4(dtype, 1984, 256, 64, variant % 2 == 0, (1, 8, 9, 17))
+                for paired in ("0", "1"):
+                    env = {
+                        "PYQUANT_INT4_SHUF_VARIANT": str(variant),
+                        "PYQUANT_INT4_PIECE_PAIRED": paired,
+                        "PYQUANT_INT4_SM90_MIN_M": str(1 << 40),
+                    }
+                    with knobs(env):
+                        n_checked += check_int4(dtype, 1984, 256, 64, variant % 2 == 0, (1, 8, 9, 17))
         # the Hopper GEMM's scheduler knobs (split-K ordered / unordered, stream-K)
         if dtype == "float16" and "knobs" in only:
             for env in (

@@ -178,17 +178,22 @@ def test_int4_shuffled_gemv_variants(rng, variant, dtype, symmetric):
 _PIECE_SHAPES = [(2048, 768, 64), (1984, 384, 128), (1024, 6656, 256), (448, 256, 64)]
 
 
+@pytest.mark.parametrize("paired", ["0", "1"])
 @pytest.mark.parametrize("variant", range(60, 69))
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("symmetric", [True, False])
-def test_int4_shuffled_piece_variants(rng, variant, dtype, symmetric):
+def test_int4_shuffled_piece_variants(rng, paired, variant, dtype, symmetric):
     """The piece mma kernel (matmul_int4_shuffled_piece_impl.cu), every configuration (60..67) and
-    the automatic one (68), at M = 1..8 (one token tile), 9..16 (two) and beyond (grid.y), with
-    the Hopper GEMM off."""
+    the automatic one (68), with the MMAs as by default or regrouped so that X needs no moves
+    (PYQUANT_INT4_PIECE_PAIRED=1), at M = 1..8 (one token tile), 9..16 (two) and beyond (grid.y),
+    with the Hopper GEMM off."""
     k, n, bs = _PIECE_SHAPES[variant % len(_PIECE_SHAPES)]
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
     sess = _shuffled_session(
-        model, PYQUANT_INT4_SHUF_VARIANT=str(variant), PYQUANT_INT4_SM90_MIN_M=str(1 << 40)
+        model,
+        PYQUANT_INT4_SHUF_VARIANT=str(variant),
+        PYQUANT_INT4_PIECE_PAIRED=paired,
+        PYQUANT_INT4_SM90_MIN_M=str(1 << 40),
     )
     ms = [1, 2, 3, 5, 8, 9, 16, 17, 40]
     _check_int4(sess, rng, ms, k, n, bs, dtype, b, scales_t, zp, bias_t)

@@ -543,11 +543,16 @@ def main():
     save()
     log(markdown(meta, rows, m_list, methods))
     try:  # the plot (bench/plot_cuda.py) where matplotlib is installed; else run that script later
-        from plot_cuda import plot
-
+        from plot_cuda import NoBaselineError, plot
+    except ImportError as e:
+        log(f"no plot here ({e}): python bench/plot_cuda.py {base}.json")
+        return
+    try:
         log(f"plot: {plot(Path(base + '.json'))}")
     except ImportError as e:
         log(f"no plot here ({e}): python bench/plot_cuda.py {base}.json")
+    except NoBaselineError as e:  # a run without torch_fp16: its tables are written, no plot
+        log(f"no plot: {e}")
 
 
 def markdown(meta, rows, m_list, methods):

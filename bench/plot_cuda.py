@@ -15,7 +15,12 @@ from pathlib import Path
 BASELINE = "torch_fp16"
 
 
+class NoBaselineError(ValueError):
+    """The run timed no torch fp16 rows, so there is no speedup to plot."""
+
+
 def plot(json_path: Path) -> Path:
+    """Writes the plot; NoBaselineError when the run has no torch fp16 rows."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -27,7 +32,7 @@ def plot(json_path: Path) -> Path:
     methods = [m for m in dict.fromkeys(r["method"] for r in rows) if m != BASELINE]
     base = {(r["K"], r["N"], r["M"]): r["us"] for r in rows if r["method"] == BASELINE}
     if not base:
-        raise SystemExit(f"{json_path}: no {BASELINE} rows to compare with")
+        raise NoBaselineError(f"{json_path}: no {BASELINE} rows to compare with")
 
     fig, axes = plt.subplots(1, len(shapes), figsize=(4.2 * len(shapes), 3.8), sharey=True, squeeze=False)
     for ax, (k, n) in zip(axes[0], shapes, strict=True):
@@ -61,7 +66,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("json", type=Path, nargs="+")
     for path in ap.parse_args().json:
-        print(plot(path))
+        try:
+            print(plot(path))
+        except NoBaselineError as e:
+            raise SystemExit(str(e)) from None
 
 
 if __name__ == "__main__":

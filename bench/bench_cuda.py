@@ -544,10 +544,7 @@ def main():
     log(markdown(meta, rows, m_list, methods))
     try:  # the plot (bench/plot_cuda.py) where matplotlib is installed; else run that script later
         from plot_cuda import NoBaselineError, plot
-    except ImportError as e:
-        log(f"no plot here ({e}): python bench/plot_cuda.py {base}.json")
-        return
-    try:
+
         log(f"plot: {plot(Path(base + '.json'))}")
     except ImportError as e:
         log(f"no plot here ({e}): python bench/plot_cuda.py {base}.json")

@@ -117,6 +117,8 @@ __global__ void __launch_bounds__(kWarps * 32, PieceMinCtas<MT8, kMinCtas>())
         const int so = srow0 + 16 * j * g.nb + blk;
         sl.s[j] = uint32_t(__ldg(sbits + so)) | (uint32_t(__ldg(sbits + so + 8 * g.nb)) << 16);
         if constexpr (kZp) {
+          // Int4ZeroPointAt's nibble select once for both rows' bytes (per row, it cost two more
+          // registers and the 64-register instances spilled 48 bytes)
           const int zo = zrow0 + 16 * j * g.zp_row_bytes + (blk >> 1);
           sl.z[j] = uint32_t(__ldg(zp + zo)) | (uint32_t(__ldg(zp + zo + 8 * g.zp_row_bytes)) << 8);
           sl.z[j] = (blk & 1) ? (sl.z[j] >> 4) : sl.z[j];

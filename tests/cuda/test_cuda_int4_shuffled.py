@@ -36,6 +36,14 @@ def _shuffled_session(model, **knobs: str):
     return _session(model, env={"PYQUANT_INT4_SHUFFLE": "require", **knobs})
 
 
+def _variant_session(model, variant: int, **knobs: str):
+    """A shuffled session pinned to kernel variant `variant` (PYQUANT_INT4_SHUF_VARIANT) at every
+    M, with the Hopper GEMM off."""
+    return _shuffled_session(
+        model, PYQUANT_INT4_SHUF_VARIANT=str(variant), PYQUANT_INT4_SM90_MIN_M=str(1 << 40), **knobs
+    )
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("bs", [64, 128, 256])
 @pytest.mark.parametrize("symmetric", [True, False])
@@ -55,9 +63,7 @@ def test_int4_shuffled_mma_variants(rng, variant, dtype, symmetric):
     """Each mma.sync configuration at every MT8, with the Hopper GEMM off (M up to 300: grid.y)."""
     k, n, bs = 2048, 768, 64
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
-    sess = _shuffled_session(
-        model, PYQUANT_INT4_SHUF_VARIANT=str(variant), PYQUANT_INT4_SM90_MIN_M=str(1 << 40)
-    )
+    sess = _variant_session(model, variant)
     _check_int4(sess, rng, [1, 3, 5, 8, 9, 16, 17, 32, 40, 64, 300], k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
@@ -72,12 +78,7 @@ def test_int4_shuffled_mma_x_ahead(rng, x_ahead, variant, dtype, symmetric, k):
     GEMM off; K = 448 gives the warps 7 groups of 4 k16 steps: uneven, some warps none."""
     n, bs = 768, 64
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
-    sess = _shuffled_session(
-        model,
-        PYQUANT_INT4_SHUF_VARIANT=str(variant),
-        PYQUANT_INT4_SHUF_XAHEAD=x_ahead,
-        PYQUANT_INT4_SM90_MIN_M=str(1 << 40),
-    )
+    sess = _variant_session(model, variant, PYQUANT_INT4_SHUF_XAHEAD=x_ahead)
     _check_int4(sess, rng, [2, 5, 8, 9, 16, 17, 32, 40, 64, 300], k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
@@ -98,9 +99,7 @@ def test_int4_shuffled_wide_variants(rng, variant, dtype, symmetric, kn_bs):
     (kS = 1, 2, 4, 8), with the Hopper GEMM off."""
     k, n, bs = kn_bs
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
-    sess = _shuffled_session(
-        model, PYQUANT_INT4_SHUF_VARIANT=str(variant), PYQUANT_INT4_SM90_MIN_M=str(1 << 40)
-    )
+    sess = _variant_session(model, variant)
     ms = [1, 3, 8, 9, 16, 17, 32, 33, 64, 65, 130, 300]
     _check_int4(sess, rng, ms, k, n, bs, dtype, b, scales_t, zp, bias_t)
 
@@ -124,9 +123,7 @@ def test_int4_shuffled_staged_variants(rng, variant, dtype, symmetric, kn_bs):
     the Hopper GEMM off; pinned, it serves M = 1..4 too (by default the GEMV does)."""
     k, n, bs = kn_bs
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
-    sess = _shuffled_session(
-        model, PYQUANT_INT4_SHUF_VARIANT=str(variant), PYQUANT_INT4_SM90_MIN_M=str(1 << 40)
-    )
+    sess = _variant_session(model, variant)
     ms = [1, 3, 5, 8, 9, 16, 17, 32, 33, 48, 64, 65, 130, 300]
     _check_int4(sess, rng, ms, k, n, bs, dtype, b, scales_t, zp, bias_t)
 
@@ -151,9 +148,7 @@ def test_int4_shuffled_split_deterministic(rng, variant_m):
     variant, m = variant_m
     k, n, bs, dtype = 2048, 768, 128, "float16"
     model, *_ = _int4_case(rng, k, n, bs, dtype, False, True)
-    sess = _shuffled_session(
-        model, PYQUANT_INT4_SHUF_VARIANT=str(variant), PYQUANT_INT4_SM90_MIN_M=str(1 << 40)
-    )
+    sess = _variant_session(model, variant)
     x = _as_t(rng.standard_normal((m, k)), dtype)
     first = run_cuda(sess, x, n, dtype)
     for _ in range(5):
@@ -189,12 +184,7 @@ def test_int4_shuffled_piece_variants(rng, paired, variant, dtype, symmetric):
     with the Hopper GEMM off."""
     k, n, bs = _PIECE_SHAPES[variant % len(_PIECE_SHAPES)]
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
-    sess = _shuffled_session(
-        model,
-        PYQUANT_INT4_SHUF_VARIANT=str(variant),
-        PYQUANT_INT4_PIECE_PAIRED=paired,
-        PYQUANT_INT4_SM90_MIN_M=str(1 << 40),
-    )
+    sess = _variant_session(model, variant, PYQUANT_INT4_PIECE_PAIRED=paired)
     ms = [1, 2, 3, 5, 8, 9, 16, 17, 40]
     _check_int4(sess, rng, ms, k, n, bs, dtype, b, scales_t, zp, bias_t)
 

@@ -31,7 +31,8 @@ namespace sm90 {
 // dispatch before session 41 (benchmarks).
 constexpr int kInt4Sm90TilePingpong128 = 4;
 constexpr int kInt4Sm90TileCooperative = 8;
-// "w192" / "p192": 192 tokens per tile (int4_gemm_sm90_variants.cu), benchmarks only.
+// "w192" / "p192": 192 tokens per tile (int4_gemm_sm90_variants.cu); the default at
+// 128 < M <= 192 on layers of N, K >= 4096 (int4_gemm_sm90.cu, Tile192ByDefault).
 constexpr int kInt4Sm90TileWide192 = 9;
 constexpr int kInt4Sm90TilePingpong192 = 10;
 

@@ -157,8 +157,9 @@ struct Int4Gemm : GemmRunner<Int4Gemm<Element, TileShape, ClusterShape_, Schedul
 // weight order, and int4_gemm_sm90.cu's default where Pingpong128ByDefault says.
 template <typename Element, Int4WeightFormat kFormat>
 using Pingpong128Gemm = Int4Gemm<Element, cute::Shape<cute::_64, cute::_128, cute::_64>, NoCluster, Pingpong, kFormat>;
-// 192 tokens per tile (benchmark variants "w192", "p192", kInt4Sm90TileWide192 / Pingpong192), on
-// either weight order: cooperative 128 channels, or ping-pong 64 channels.
+// 192 tokens per tile ("w192", "p192", kInt4Sm90TileWide192 / Pingpong192; int4_gemm_sm90.cu's
+// default where Tile192ByDefault says), on either weight order: cooperative 128 channels, or
+// ping-pong 64 channels.
 template <typename Element, Int4WeightFormat kFormat>
 using Wide192Gemm = Int4Gemm<Element, cute::Shape<cute::_128, cute::_192, cute::_64>, NoCluster,
                              cutlass::gemm::KernelTmaWarpSpecializedCooperative, kFormat>;

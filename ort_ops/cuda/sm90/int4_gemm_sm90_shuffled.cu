@@ -21,8 +21,8 @@ bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 // The default tiles, or with variant 4 "p128" (fp16; PYQUANT_INT4_SM90_TILE=p128, or
 // int4_gemm_sm90.cu's default rule Pingpong128ByDefault where it applies) the
-// 64 x 128 ping-pong tiles on the shuffled order; the benchmark variants 9 "w192" / 10 "p192"
-// (192 tokens per tile, fp16) likewise.
+// 64 x 128 ping-pong tiles on the shuffled order; variants 9 "w192" / 10 "p192" (192 tokens per
+// tile, fp16; by default where Tile192ByDefault says) likewise.
 template <typename F>
 auto WithShuffledType(bool bf16, const Int4GemmArgs& a, F&& f) {
   using H = cutlass::half_t;

@@ -21,8 +21,9 @@
 //   7 "shuf": the default tiles on the shuffled weight copy (the op makes the copy for it, as for
 //             PYQUANT_INT4_SHUFFLED_COPY=1; int4_gemm_sm90_shuffled.cu), fp16 and bf16
 //   8 "coop": the default tiles without int4_gemm_sm90.cu's ping-pong rule (not a tile of its own)
-//   9 "w192": 128x192x64 cooperative, 10 "p192": 64x192x64 ping-pong (session 42, not measured
-//             yet): 192 tokens per tile for 128 < M <= 192, where the defaults pad M to 256 (the
+//   9 "w192": 128x192x64 cooperative, 10 "p192": 64x192x64 ping-pong (session 42; the default
+//             where int4_gemm_sm90.cu's Tile192ByDefault says since session 43, measurements
+//             there): 192 tokens per tile for 128 < M <= 192, where the other tiles pad M to 256 (the
 //             Mid 64 x 256 ping-pong tiles: 4096 x 14336 at M = 192 took 67.1 us against 57.6 at
 //             M = 256, bench/results/2026-11-28-h200-s42-p128-bench-cuda.md); with 128-channel
 //             tiles the 14336-channel layer is 112 tiles, one wave. Both also on the shuffled order.

@@ -33,6 +33,9 @@ constexpr int kFp8GemvMmaSplit = 8;
 constexpr int kFp8GemvStaged = 9;
 // Fp8Options::gemv value of "nostaged": "auto" without the staged kernel (the session-20 default).
 constexpr int kFp8GemvNoStaged = 10;
+// Fp8Options::gemv value of "tc" (linear_fp8_gemv.h, the tensor-core fused GEMV, automatic
+// configuration); "tc1".."tc4" follow (configurations 1..4).
+constexpr int kFp8GemvTc = 11;
 // The M range in which "auto" runs the staged kernel on sm_90's narrow layers (Fp8StagedByDefault;
 // the upper end is Fp8Options::staged_max_m). Up to 64 one grid row of tokens; since session 23 up to
 // 128 in two grid rows of 64 tokens on the narrowest layers (ceil(N / 8) <= SMs / 2).
@@ -86,6 +89,8 @@ struct Fp8Options {
   //     M below the Hopper GEMM, where it applies (else "mmasplit"). Written in session 20
   //     for the long-K narrow layers at M = 17-64; part of "auto" since session 21.
   //   10 "nostaged" (kFp8GemvNoStaged): "auto" without the staged kernel (benchmarks).
+  //   11..15 "tc", "tc1".."tc4" (kFp8GemvTc): the tensor-core fused GEMV (linear_fp8_gemv.h) at every
+  //     M below the Hopper GEMM where it fits (else as "mma"), automatic configuration / 1..4.
   int gemv = 0;
   // PYQUANT_FP8_KSPLIT_FILL (benchmarks): that split's aim, in CTAs per SM (Fp8MmaClusterSplit); it
   // also sets which layers count as narrow for sm90_min_m_narrow.

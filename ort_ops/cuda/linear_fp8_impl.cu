@@ -613,6 +613,12 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
 #endif
   (void)device;
   if constexpr (!std::is_same<T, float>::value) {
+    // The tensor-core fused GEMV where pinned (PYQUANT_FP8_GEMV=tc..tc4), below the Hopper GEMM.
+    const bool tc_knob = opt.gemv >= kFp8GemvTc && opt.gemv < kFp8GemvTc + kFp8GemvTcConfigs;
+    if (!force_ref && tc_knob && !sm90 && Fp8GemvTcFits(p, sizeof(T))) {
+      const cudaError_t e = LaunchFp8GemvTc<T>(p, opt.gemv == kFp8GemvTc ? -1 : opt.gemv - kFp8GemvTc, pdl, stream);
+      return e != cudaSuccess ? e : cudaGetLastError();
+    }
     // Decode: quantization fused into the GEMV (no xq round trip, one launch), unless the Hopper
     // GEMM was asked for at this M.
     const bool fused_knob = opt.gemv >= 3 && opt.gemv < kFp8GemvMmaSplit;  // "fused", "fused1".."fused4"

@@ -2,9 +2,9 @@
 
     compute-sanitizer --tool memcheck python tests/cuda/memcheck_smoke.py [--only SECTIONS]
 
-SECTIONS: a comma-separated subset of int4, mid, shuffled, piece, knobs, fp8, split, fp8wo (default: all of
-these; the whole script takes over 200 s under memcheck on an H100), and the opt-in bench (the
-benchmark's 4096 x 14336 / 14336 x 4096 layers at M = 1 ... 1024).
+SECTIONS: a comma-separated subset of int4, mid, shuffled, piece, knobs, fp8, fp8tc, split, fp8wo
+(default: all of these; the whole script takes over 200 s under memcheck on an H100), and the
+opt-in bench (the benchmark's 4096 x 14336 / 14336 x 4096 layers at M = 1 ... 1024).
 
 Touches every dispatch path (reference kernels, small-M and large-M kernels, the sm90 CUTLASS
 GEMMs on a Hopper GPU, K tails, odd N) on shapes small enough for the sanitizer. Also run under
@@ -39,7 +39,7 @@ def main() -> int:
     import onnxruntime as ort
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--only", default="int4,mid,shuffled,piece,knobs,fp8,split,fp8wo")
+    parser.add_argument("--only", default="int4,mid,shuffled,piece,knobs,fp8,fp8tc,split,fp8wo")
     only = set(parser.parse_args().only.split(","))
 
     from pyquant import layout
@@ -208,6 +208,15 @@ def main() -> int:
             with knobs({**deep, "PYQUANT_FP8_GEMV": "staged", "PYQUANT_FP8_SM90_MIN_M": str(1 << 40)}):
                 n_checked += check_fp8(dtype, 8192, 1000, 0, (9, 40, 100))
                 n_checked += check_fp8(dtype, 8192, 264, 128, (100,))
+        # the tensor-core fused GEMV (linear_fp8_gemv_tc_impl.cu), each configuration: partial row
+        # tiles (N = 37 / 200), the K tail of a unit (K = 1008), per-block scales, 8- and 16-token
+        # grid rows (M = 9, 40), K < 64 per warp (K = 240)
+        if dtype != "float32" and "fp8tc" in only:
+            for gemv in ("tc", "tc1", "tc2", "tc3", "tc4"):
+                with knobs({"PYQUANT_FP8_GEMV": gemv, "PYQUANT_FP8_SM90_MIN_M": str(1 << 40)}):
+                    n_checked += check_fp8(dtype, 1008, 37, 0, (1, 3, 9, 40))
+                    n_checked += check_fp8(dtype, 4096, 200, 128, (1, 8, 17))
+                    n_checked += check_fp8(dtype, 240, 20, 64, (2,))
         # weight-only FP8 (linear_fp8_weight_only_impl.cu): the GEMV at M <= 2, the mma kernel's three
         # shapes (M <= 8, <= 16, above), per-block scales, K tails of a chunk, the reference kernel
         if "fp8wo" in only:

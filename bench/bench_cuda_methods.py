@@ -27,7 +27,8 @@ Methods (fp16 activations):
                     default without it (the session-20 default); c16 / staged65c16: the staged
                     kernel's K split in clusters of up to 16 (PYQUANT_STAGED_MAX_CLUSTER=16); tall / wide:
                     its CTA shape (PYQUANT_FP8_STAGED_SHAPE); tc / tc1..tc4: the tensor-core fused
-                    GEMV (session 44) below the Hopper GEMM, automatic / pinned configuration; see
+                    GEMV (session 44) below the Hopper GEMM, automatic / pinned configuration; notc:
+                    the default without it; see
                     ort_ops/cuda/linear_fp8.h) (not in the default list)
   pyquant_int4_<knob>  the Hopper GEMM's scheduler under PYQUANT_INT4_SM90_* (dp, sk, heur, split2/3/4/8,
                     nondet, sknondet, split2nondet, split4nondet, rm2, rn2; see
@@ -264,6 +265,8 @@ METHOD_ENV = {
     # the tensor-core fused GEMV (linear_fp8_gemv_tc_impl.cu, session 44) wherever the small-M kernels
     # run: automatic configuration / configurations 1..4 (linear_fp8_gemv.h)
     **{f"pyquant_fp8_tc{i or ''}": {"PYQUANT_FP8_GEMV": f"tc{i or ''}"} for i in range(5)},
+    # the default without the tc GEMV (the session-43 default)
+    "pyquant_fp8_notc": {"PYQUANT_FP8_GEMV": "notc"},
     **{f"pyquant_fp8_{t}": {"PYQUANT_FP8_SM90_TILE": t} for t in FP8_SM90_TILES},
     **{
         f"pyquant_fp8_{t}all": {"PYQUANT_FP8_SM90_TILE": t, "PYQUANT_FP8_SM90_MIN_M": "1"}

@@ -36,6 +36,11 @@ constexpr int kFp8GemvNoStaged = 10;
 // Fp8Options::gemv value of "tc" (linear_fp8_gemv.h, the tensor-core fused GEMV, automatic
 // configuration); "tc1".."tc4" follow (configurations 1..4).
 constexpr int kFp8GemvTc = 11;
+// Fp8Options::gemv value of "notc": "auto" without the tc GEMV (the session-43 default; benchmarks).
+constexpr int kFp8GemvNoTc = 16;
+// The M range in which "auto" runs the tc GEMV (Fp8GemvTcByDefault, linear_fp8_impl.cu).
+constexpr int64_t kFp8GemvTcDefaultMinM = 2;
+constexpr int64_t kFp8GemvTcDefaultMaxM = 8;
 // The M range in which "auto" runs the staged kernel on sm_90's narrow layers (Fp8StagedByDefault;
 // the upper end is Fp8Options::staged_max_m). Up to 64 one grid row of tokens; since session 23 up to
 // 128 in two grid rows of 64 tokens on the narrowest layers (ceil(N / 8) <= SMs / 2).
@@ -91,7 +96,10 @@ struct Fp8Options {
   //   10 "nostaged" (kFp8GemvNoStaged): "auto" without the staged kernel (benchmarks).
   //   11..15 "tc", "tc1".."tc4" (kFp8GemvTc): the tensor-core fused GEMV (linear_fp8_gemv.h) at every
   //     M below the Hopper GEMM where it fits (else as "mma"), automatic configuration / 1..4.
+  //   16 "notc" (kFp8GemvNoTc): "auto" without the tc GEMV (benchmarks).
   int gemv = 0;
+  // PYQUANT_FP8_TC_CTAS (tests): caps the tc GEMV's grid (0: the CTAs that fit at once).
+  int tc_max_ctas = 0;
   // PYQUANT_FP8_KSPLIT_FILL (benchmarks): that split's aim, in CTAs per SM (Fp8MmaClusterSplit); it
   // also sets which layers count as narrow for sm90_min_m_narrow.
   int k_split_fill = 1;

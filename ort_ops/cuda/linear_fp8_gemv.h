@@ -47,17 +47,20 @@ cudaError_t LaunchFp8GemvWeightOnly(const LinearFp8Problem& p, PdlMode pdl, cuda
 // scales or per-K-blocks of a power of two >= 64; not weight_only.
 // Shared memory per CTA: min(M, 8 or 16) rows of K (rounded up to 64) fp16: at most this.
 constexpr size_t kFp8GemvTcMaxSmem = 160 * 1024;
-// Configurations (PYQUANT_FP8_GEMV=tc = automatic, tc1..tc4 = 1..4, "tc0" is not a name: 0 is
-// what automatic picks on wide layers): (16-row tiles per CTA, warps, 64-k units in flight per
-// warp, CTAs per SM the registers must allow)
-//   0: (1, 4, 4, 6)   1: (1, 8, 4, 3)   2: (1, 16, 4, 2)   3: (1, 4, 4, 7)   4: (2, 8, 4, 2)
-// Automatic (Fp8GemvTcDefaultConfig): 2 where ceil(N / 16) <= 2 SMs, 1 where <= 4 SMs, else 0.
+// Configurations (PYQUANT_FP8_GEMV=tc = automatic, tc1..tc4 = 1..4, "tc0" is not a name):
+// (16-row tiles per group, warps, 64-k units in flight per warp, CTAs per SM the registers must
+// allow)
+//   0: (1, 4, 4, 6)   1: (1, 8, 4, 3)   2: (1, 16, 4, 2)   3: (2, 16, 4, 1)   4: (2, 8, 4, 2)
+// Automatic (Fp8GemvTcDefaultConfig): 2 (session 44, before measuring the persistent grid).
+// The grid holds the CTAs that fit at once (fewer where there are fewer groups); each CTA
+// quantizes X once and walks its groups.
 constexpr int kFp8GemvTcConfigs = 5;
 int Fp8GemvTcDefaultConfig(int64_t n, int sms);
 // Shape / type / alignment / shared-memory check (elem_bytes = sizeof(T)); pointers of p set.
 bool Fp8GemvTcFits(const LinearFp8Problem& p, size_t elem_bytes);
-// config < 0: automatic. cudaErrorInvalidValue where Fp8GemvTcFits fails.
+// config < 0: automatic; max_ctas > 0 caps the grid (else the CTAs that fit at once).
+// cudaErrorInvalidValue where Fp8GemvTcFits fails.
 template <typename T>
-cudaError_t LaunchFp8GemvTc(const LinearFp8Problem& p, int config, PdlMode pdl, cudaStream_t stream);
+cudaError_t LaunchFp8GemvTc(const LinearFp8Problem& p, int config, int max_ctas, PdlMode pdl, cudaStream_t stream);
 
 }  // namespace pyquant

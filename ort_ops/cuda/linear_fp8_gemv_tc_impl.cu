@@ -36,11 +36,16 @@
 // fp32 partial sums; then (sum * w_scale) * s_x + bias as linear_fp8_ref_kernel. Within
 // docs/ops.md's limit as the mma.sync kernels (same products, fp32 sums in another order).
 //
-// Decomposition: grid = (ceil(N / 16 NT), ceil(M / 8 MT8)), block = 32 kWarps. A CTA owns NT row
-// tiles of 16 x 8 MT8 tokens; its warps split the ceil(K / 64) units (warp w: units w, w + kWarps,
-// ...), each keeping D units of weights in flight; partial sums meet in shared memory in warp
-// order. Every CTA quantizes its tokens' rows of X (PDL: after its first weight loads are issued
-// and the previous grid has completed): X is a few KB per token, L2-resident.
+// Decomposition: a group = NT row tiles of 16 rows x 8 MT8 tokens; grid = (the CTAs that fit at
+// once, or fewer where there are fewer groups, ceil(M / 8 MT8)), block = 32 kWarps. CTA b walks
+// groups b, b + grid.x, ...; its warps split each group's ceil(K / 64) units (warp w: units w,
+// w + kWarps, ...), each keeping D units of weights in flight, across group boundaries; a group's
+// partial sums meet in shared memory in warp order (double-buffered, one barrier per group).
+// Every CTA quantizes its tokens' rows of X once (PDL: after its first weight loads are issued
+// and the previous grid has completed; X is a few KB per token, L2-resident). Session 44's first
+// version had one group per CTA: ceil(N / 16) CTAs each requantizing X, which cost more than the
+// weights from M = 4 (4096 x 14336, M = 4: 40.9 us against the default's 23.4,
+// bench/results/2026-11-28-h200-s44-tc-bench-cuda.md).
 //
 // Shared memory: xs [rows][stride] fp16, rows = min(M, 8 MT8) tokens of the CTA, stride =
 // ceil(K / 64) * 64 + 8 halves: k >= K zero-filled (the tail unit's B), and the 16-byte skew makes
@@ -75,6 +80,7 @@ struct TcSlot {
 //   x [M, K] T; static_scale / x_scale: the static activation scale (else dynamic per token);
 //   w [N, K] e4m3; w_scale [N, nsb] float (nsb = 1 per channel, else ceil(K / 2^bs_log2));
 //   bias [N] T or nullptr; y [M, N] T; xs_stride: halves per shared X row (see above).
+//   grid.x <= the row-tile groups ceil(N / 16 NT); CTA b takes groups b, b + grid.x, ...
 //   weights_early: w / w_scale are constant initializers (PDL, cuda/pdl.h).
 template <typename T, int MT8, int NT, int kWarps, int D, int kMinCtas, bool kBlock>
 __global__ void __launch_bounds__(kWarps * 32, kMinCtas)
@@ -85,45 +91,40 @@ __global__ void __launch_bounds__(kWarps * 32, kMinCtas)
   __half* const xs = reinterpret_cast<__half*>(tc_smem);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gr = lane >> 2, tq = lane & 3;
-  const int r0 = blockIdx.x * 16 * NT;
   const int m0 = blockIdx.y * 8 * MT8;
   const int tokens = min(m - m0, 8 * MT8);
   const int units = (k + kTcUnitK - 1) / kTcUnitK;
-  const int my_units = warp < units ? (units - warp + kWarps - 1) / kWarps : 0;
+  // Each warp walks per_tile unit slots per tile group (units w, w + kWarps, ...; slots past the
+  // last unit are empty), so that every warp reaches the end of a group at the same step: the
+  // groups' cross-warp sums need a CTA barrier there.
+  const int per_tile = (units + kWarps - 1) / kWarps;
+  const int groups = (n + 16 * NT - 1) / (16 * NT);
+  const int my_groups = (groups - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x);
+  const int total = my_groups * per_tile;  // the same for every warp of the CTA
 
-  // Rows r0 + 16 j + gr (+ 8), clamped to N - 1 (never stored); this warp's first unit.
-  int row_lo[NT], row_hi[NT];
-  const uint8_t* wp[NT][2];
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    row_lo[j] = min(r0 + 16 * j + gr, n - 1);
-    row_hi[j] = min(r0 + 16 * j + gr + 8, n - 1);
-    wp[j][0] = w + int64_t(row_lo[j]) * k + 16 * tq + kTcUnitK * warp;
-    wp[j][1] = w + int64_t(row_hi[j]) * k + 16 * tq + kTcUnitK * warp;
-  }
-  constexpr int kStep = kWarps * kTcUnitK;
-
-  int next = 0;  // this warp's next unit to load (its index among the warp's units)
+  // Loads: this warp's slot index `next` -> group g_ld (its index among the CTA's), unit slot s_ld.
+  int next = 0, g_ld = 0, s_ld = 0;
   auto load_next = [&](TcSlot<NT, kBlock>& sl) {
-    if (next < my_units) {
-      const int kk = kStep * next + kTcUnitK * warp + 16 * tq;  // this lane's first k
-      const bool kin = kk < k;  // K % 16 == 0: a piece is in or out; out only in the tail unit
-      const int off = kStep * next;
+    const int unit = warp + kWarps * s_ld;
+    if (next < total && unit < units) {
+      const int r0 = (int(blockIdx.x) + int(gridDim.x) * g_ld) * 16 * NT;
+      const int kk = kTcUnitK * unit + 16 * tq;  // this lane's first k
+      const bool kin = kk < k;                   // K % 16 == 0: a piece is in or out; out only in the tail unit
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        sl.lo[j] = kin ? LoadStream16(wp[j][0] + off) : make_uint4(0, 0, 0, 0);
-        sl.hi[j] = kin ? LoadStream16(wp[j][1] + off) : make_uint4(0, 0, 0, 0);
-      }
-      if constexpr (kBlock) {
-        const int blk = (kStep * next + kTcUnitK * warp) >> bs_log2;
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          sl.s_lo[j] = __ldg(w_scale + int64_t(row_lo[j]) * nsb + blk);
-          sl.s_hi[j] = __ldg(w_scale + int64_t(row_hi[j]) * nsb + blk);
+        // rows r0 + 16 j + gr (+ 8), clamped to N - 1 (never stored)
+        const int lo = min(r0 + 16 * j + gr, n - 1), hi = min(r0 + 16 * j + gr + 8, n - 1);
+        sl.lo[j] = kin ? LoadStream16(w + int64_t(lo) * k + kk) : make_uint4(0, 0, 0, 0);
+        sl.hi[j] = kin ? LoadStream16(w + int64_t(hi) * k + kk) : make_uint4(0, 0, 0, 0);
+        if constexpr (kBlock) {
+          const int blk = (kTcUnitK * unit) >> bs_log2;
+          sl.s_lo[j] = __ldg(w_scale + int64_t(lo) * nsb + blk);
+          sl.s_hi[j] = __ldg(w_scale + int64_t(hi) * nsb + blk);
         }
       }
     }
     ++next;
+    if (++s_ld == per_tile) s_ld = 0, ++g_ld;
   };
 
   PdlAllowDependents();
@@ -180,94 +181,104 @@ __global__ void __launch_bounds__(kWarps * 32, kMinCtas)
   }
   __syncthreads();
 
-  // This lane's B rows: token m0 + 8 i + gr (clamped to the CTA's last token), k = 64 u + 16 tq.
+  // This lane's B rows: token m0 + 8 i + gr (clamped to the CTA's last token), k = 16 tq + 64 unit.
   const __half* xl[MT8];
 #pragma unroll
-  for (int i = 0; i < MT8; ++i) xl[i] = xs + min(8 * i + gr, tokens - 1) * xs_stride + 16 * tq + kTcUnitK * warp;
+  for (int i = 0; i < MT8; ++i) xl[i] = xs + min(8 * i + gr, tokens - 1) * xs_stride + 16 * tq;
 
   float acc[NT][MT8][4];
+  auto zero_acc = [&]() {
 #pragma unroll
-  for (int j = 0; j < NT; ++j)
+    for (int j = 0; j < NT; ++j)
 #pragma unroll
-    for (int i = 0; i < MT8; ++i) acc[j][i][0] = acc[j][i][1] = acc[j][i][2] = acc[j][i][3] = 0.0f;
+      for (int i = 0; i < MT8; ++i) acc[j][i][0] = acc[j][i][1] = acc[j][i][2] = acc[j][i][3] = 0.0f;
+  };
+  zero_acc();
 
-  // One unit from slot `sl` (then refilled D units ahead); X at xl + d units of this warp (d a
-  // compile-time constant after unrolling: an immediate offset).
-  auto run_unit = [&](TcSlot<NT, kBlock>& sl, int d) {
-    uint4 xv[MT8][2];
+  // The groups' partial tiles, summed in warp order (double-buffered: one barrier per group).
+  constexpr int kE = NT * MT8 * 4;
+  __shared__ float red[2][kWarps][kE][32];
+  int g_run = 0, s_run = 0;  // the group / unit slot of the unit run next
+  // One unit from slot `sl` (then refilled D units ahead); at a group's last slot, its output.
+  auto run_unit = [&](TcSlot<NT, kBlock>& sl) {
+    const int unit = warp + kWarps * s_run;
+    if (unit < units) {
+      uint4 xv[MT8][2];
 #pragma unroll
-    for (int i = 0; i < MT8; ++i) {
-      xv[i][0] = *reinterpret_cast<const uint4*>(xl[i] + d * kStep);
-      xv[i][1] = *reinterpret_cast<const uint4*>(xl[i] + d * kStep + 8);
-    }
-    // The unit's four MMAs into s[MT8][4] (acc, or the unit's partial sums with block scales).
-    auto mma_tile = [&](const TcSlot<NT, kBlock>& sl2, int j, float (&s)[MT8][4]) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const uint32_t lo = Word(sl2.lo[j], q), hi = Word(sl2.hi[j], q);
-        const uint32_t a0 = Fp8x2ToHalf2(lo & 0xFFFFu), a2 = Fp8x2ToHalf2(lo >> 16);
-        const uint32_t a1 = Fp8x2ToHalf2(hi & 0xFFFFu), a3 = Fp8x2ToHalf2(hi >> 16);
-#pragma unroll
-        for (int i = 0; i < MT8; ++i) {
-          const uint4& xb = xv[i][q >> 1];
-          Mma16816<__half>(s[i], a0, a1, a2, a3, (q & 1) ? xb.z : xb.x, (q & 1) ? xb.w : xb.y);
-        }
+      for (int i = 0; i < MT8; ++i) {
+        xv[i][0] = *reinterpret_cast<const uint4*>(xl[i] + kTcUnitK * unit);
+        xv[i][1] = *reinterpret_cast<const uint4*>(xl[i] + kTcUnitK * unit + 8);
       }
-    };
+      // The unit's four MMAs into s[MT8][4] (acc, or the unit's partial sums with block scales).
+      auto mma_tile = [&](int j, float (&s)[MT8][4]) {
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      if constexpr (kBlock) {
-        float part[MT8][4];
+        for (int q = 0; q < 4; ++q) {
+          const uint32_t lo = Word(sl.lo[j], q), hi = Word(sl.hi[j], q);
+          const uint32_t a0 = Fp8x2ToHalf2(lo & 0xFFFFu), a2 = Fp8x2ToHalf2(lo >> 16);
+          const uint32_t a1 = Fp8x2ToHalf2(hi & 0xFFFFu), a3 = Fp8x2ToHalf2(hi >> 16);
 #pragma unroll
-        for (int i = 0; i < MT8; ++i) part[i][0] = part[i][1] = part[i][2] = part[i][3] = 0.0f;
-        mma_tile(sl, j, part);
-#pragma unroll
-        for (int i = 0; i < MT8; ++i) {
-          acc[j][i][0] = fmaf(part[i][0], sl.s_lo[j], acc[j][i][0]);
-          acc[j][i][1] = fmaf(part[i][1], sl.s_lo[j], acc[j][i][1]);
-          acc[j][i][2] = fmaf(part[i][2], sl.s_hi[j], acc[j][i][2]);
-          acc[j][i][3] = fmaf(part[i][3], sl.s_hi[j], acc[j][i][3]);
+          for (int i = 0; i < MT8; ++i) {
+            const uint4& xb = xv[i][q >> 1];
+            Mma16816<__half>(s[i], a0, a1, a2, a3, (q & 1) ? xb.z : xb.x, (q & 1) ? xb.w : xb.y);
+          }
         }
-      } else {
-        mma_tile(sl, j, acc[j]);
+      };
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        if constexpr (kBlock) {
+          float part[MT8][4];
+#pragma unroll
+          for (int i = 0; i < MT8; ++i) part[i][0] = part[i][1] = part[i][2] = part[i][3] = 0.0f;
+          mma_tile(j, part);
+#pragma unroll
+          for (int i = 0; i < MT8; ++i) {
+            acc[j][i][0] = fmaf(part[i][0], sl.s_lo[j], acc[j][i][0]);
+            acc[j][i][1] = fmaf(part[i][1], sl.s_lo[j], acc[j][i][1]);
+            acc[j][i][2] = fmaf(part[i][2], sl.s_hi[j], acc[j][i][2]);
+            acc[j][i][3] = fmaf(part[i][3], sl.s_hi[j], acc[j][i][3]);
+          }
+        } else {
+          mma_tile(j, acc[j]);
+        }
       }
     }
     load_next(sl);
+    if (s_run + 1 < per_tile) {
+      ++s_run;
+      return;
+    }
+    // The group's end (the same step in every warp): c[r] of lane (gr, tq) in tile j, token
+    // tile i is row r0 + 16 j + gr + 8 (r / 2), token m0 + 8 i + 2 tq + r % 2.
+    const int buf = g_run & 1;
+    const float* a = &acc[0][0][0];
+#pragma unroll
+    for (int e = 0; e < kE; ++e) red[buf][warp][e][lane] = a[e];
+    zero_acc();
+    __syncthreads();
+    const int r0 = (int(blockIdx.x) + int(gridDim.x) * g_run) * 16 * NT;
+    for (int idx = threadIdx.x; idx < kE * 32; idx += kWarps * 32) {
+      const int e = idx >> 5, ln = idx & 31;
+      const int j = e / (MT8 * 4), i = (e >> 2) % MT8, r = e & 3;
+      const int tok = 8 * i + 2 * (ln & 3) + (r & 1);
+      const int row = r0 + 16 * j + (ln >> 2) + 8 * (r >> 1);
+      if (tok >= tokens || row >= n) continue;
+      float v = 0.0f;
+#pragma unroll
+      for (int ww = 0; ww < kWarps; ++ww) v += red[buf][ww][e][ln];
+      // As linear_fp8_ref_kernel: (sum * w_scale) * s_x + bias.
+      if (!kBlock) v *= w_scale[row];
+      v *= row_s[tok];
+      if (bias) v += LoadF(bias, row);
+      y[int64_t(m0 + tok) * n + row] = StoreT<T>(v);
+    }
+    s_run = 0, ++g_run;
   };
-  int u = 0;
-  for (; u + D <= my_units; u += D) {
+  // `i + d < total` is the same for every warp of the CTA (the barrier in run_unit).
+  for (int i = 0; i < total; i += D) {
 #pragma unroll
-    for (int d = 0; d < D; ++d) run_unit(slot[d], d);
-#pragma unroll
-    for (int i = 0; i < MT8; ++i) xl[i] += D * kStep;
-  }
-#pragma unroll
-  for (int d = 0; d < D - 1; ++d) {  // the last my_units % D units
-    if (u + d < my_units) run_unit(slot[d], d);
-  }
-
-  // The warps' partial tiles, summed in warp order: c[r] of lane (gr, tq) in tile j, token tile i
-  // is row r0 + 16 j + gr + 8 (r / 2), token m0 + 8 i + 2 tq + r % 2.
-  constexpr int kE = NT * MT8 * 4;
-  __shared__ float red[kWarps][kE][32];
-  const float* a = &acc[0][0][0];
-#pragma unroll
-  for (int e = 0; e < kE; ++e) red[warp][e][lane] = a[e];
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < kE * 32; idx += kWarps * 32) {
-    const int e = idx >> 5, ln = idx & 31;
-    const int j = e / (MT8 * 4), i = (e >> 2) % MT8, r = e & 3;
-    const int tok = 8 * i + 2 * (ln & 3) + (r & 1);
-    const int row = r0 + 16 * j + (ln >> 2) + 8 * (r >> 1);
-    if (tok >= tokens || row >= n) continue;
-    float v = 0.0f;
-#pragma unroll
-    for (int ww = 0; ww < kWarps; ++ww) v += red[ww][e][ln];
-    // As linear_fp8_ref_kernel: (sum * w_scale) * s_x + bias.
-    if (!kBlock) v *= w_scale[row];
-    v *= row_s[tok];
-    if (bias) v += LoadF(bias, row);
-    y[int64_t(m0 + tok) * n + row] = StoreT<T>(v);
+    for (int d = 0; d < D; ++d) {
+      if (i + d < total) run_unit(slot[d]);
+    }
   }
 }
 
@@ -277,39 +288,56 @@ size_t TcSmemBytes(int64_t m, int64_t k) {
   return static_cast<size_t>(rows) * TcXsStride(k) * sizeof(__half);
 }
 
+// grid.x: the row-tile groups spread evenly over the CTAs that fit at once (occupancy at this
+// shared memory), so that X is quantized once per resident CTA rather than once per group;
+// max_ctas > 0 caps it (PYQUANT_FP8_TC_CTAS, tests: several groups per CTA on small layers).
 template <typename T, int MT8, int NT, int kWarps, int D, int kMinCtas, bool kBlock>
-cudaError_t LaunchTc(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cudaStream_t stream) {
+cudaError_t LaunchTc(const LinearFp8Problem& p, int bs_log2, int max_ctas, PdlMode pdl, cudaStream_t stream) {
   auto kernel = fp8_gemv_tc_kernel<T, MT8, NT, kWarps, D, kMinCtas, kBlock>;
   // Over 48 KB of dynamic shared memory needs an opt-in, once per device and instance.
   static std::atomic<uint64_t> smem_set_on{0};
-  const cudaError_t e =
+  cudaError_t e =
       SetFuncAttributeOnce(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kFp8GemvTcMaxSmem, smem_set_on);
   if (e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>((p.n + 16 * NT - 1) / (16 * NT)),
-                  static_cast<unsigned>((p.m + 8 * MT8 - 1) / (8 * MT8)));
+  const size_t smem = TcSmemBytes(p.m, p.k);
+  const int64_t groups = (p.n + 16 * NT - 1) / (16 * NT);
+  int64_t ctas = groups;
+  if (max_ctas > 0) {
+    ctas = std::min<int64_t>(groups, max_ctas);
+  } else {
+    int dev = 0, per_sm = 0;
+    if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
+    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * kWarps, smem)) != cudaSuccess)
+      return e;
+    const int64_t slots = std::max<int64_t>(1, int64_t(per_sm) * CudaSmCount(dev));
+    const int64_t per_cta = (groups + slots - 1) / slots;
+    ctas = (groups + per_cta - 1) / per_cta;
+  }
+  const dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>((p.m + 8 * MT8 - 1) / (8 * MT8)));
   const int st = p.static_scale ? 1 : 0;
-  return LaunchWithPdlSmem(kernel, grid, dim3(32 * kWarps), TcSmemBytes(p.m, p.k), stream, pdl.launch,
-                           static_cast<const T*>(p.x), st, p.x_scale, p.w, p.w_scale, static_cast<const T*>(p.bias),
-                           static_cast<T*>(p.y), static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k),
-                           bs_log2, static_cast<int>(p.n_scale_blocks), TcXsStride(p.k), pdl.weights_early);
+  return LaunchWithPdlSmem(kernel, grid, dim3(32 * kWarps), smem, stream, pdl.launch, static_cast<const T*>(p.x), st,
+                           p.x_scale, p.w, p.w_scale, static_cast<const T*>(p.bias), static_cast<T*>(p.y),
+                           static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k), bs_log2,
+                           static_cast<int>(p.n_scale_blocks), TcXsStride(p.k), pdl.weights_early);
 }
 
 template <typename T, int MT8, int NT, int kWarps, int D, int kMinCtas>
-cudaError_t LaunchTcScales(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cudaStream_t stream) {
-  return p.block_size != 0 ? LaunchTc<T, MT8, NT, kWarps, D, kMinCtas, true>(p, bs_log2, pdl, stream)
-                           : LaunchTc<T, MT8, NT, kWarps, D, kMinCtas, false>(p, bs_log2, pdl, stream);
+cudaError_t LaunchTcScales(const LinearFp8Problem& p, int bs_log2, int max_ctas, PdlMode pdl, cudaStream_t stream) {
+  return p.block_size != 0 ? LaunchTc<T, MT8, NT, kWarps, D, kMinCtas, true>(p, bs_log2, max_ctas, pdl, stream)
+                           : LaunchTc<T, MT8, NT, kWarps, D, kMinCtas, false>(p, bs_log2, max_ctas, pdl, stream);
 }
 
 // (NT, warps, units in flight, CTAs per SM by registers) per configuration: kFp8GemvTcConfigs'
 // comment (linear_fp8_gemv.h).
 template <typename T, int MT8>
-cudaError_t LaunchTcConfig(int config, const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cudaStream_t stream) {
+cudaError_t LaunchTcConfig(int config, const LinearFp8Problem& p, int bs_log2, int max_ctas, PdlMode pdl,
+                           cudaStream_t stream) {
   switch (config) {
-    case 1: return LaunchTcScales<T, MT8, 1, 8, 4, 3>(p, bs_log2, pdl, stream);
-    case 2: return LaunchTcScales<T, MT8, 1, 16, 4, 2>(p, bs_log2, pdl, stream);
-    case 3: return LaunchTcScales<T, MT8, 1, 4, 4, 7>(p, bs_log2, pdl, stream);
-    case 4: return LaunchTcScales<T, MT8, 2, 8, 4, 2>(p, bs_log2, pdl, stream);
-    default: return LaunchTcScales<T, MT8, 1, 4, 4, 6>(p, bs_log2, pdl, stream);
+    case 1: return LaunchTcScales<T, MT8, 1, 8, 4, 3>(p, bs_log2, max_ctas, pdl, stream);
+    case 2: return LaunchTcScales<T, MT8, 1, 16, 4, 2>(p, bs_log2, max_ctas, pdl, stream);
+    case 3: return LaunchTcScales<T, MT8, 2, 16, 4, 1>(p, bs_log2, max_ctas, pdl, stream);
+    case 4: return LaunchTcScales<T, MT8, 2, 8, 4, 2>(p, bs_log2, max_ctas, pdl, stream);
+    default: return LaunchTcScales<T, MT8, 1, 4, 4, 6>(p, bs_log2, max_ctas, pdl, stream);
   }
 }
 
@@ -324,14 +352,12 @@ bool Fp8GemvTcFits(const LinearFp8Problem& p, size_t elem_bytes) {
 }
 
 int Fp8GemvTcDefaultConfig(int64_t n, int sms) {
-  const int64_t tiles = (n + 15) / 16;
-  if (tiles <= 2 * int64_t(sms)) return 2;
-  if (tiles <= 4 * int64_t(sms)) return 1;
-  return 0;
+  (void)n, (void)sms;
+  return 2;
 }
 
 template <typename T>
-cudaError_t LaunchFp8GemvTc(const LinearFp8Problem& p, int config, PdlMode pdl, cudaStream_t stream) {
+cudaError_t LaunchFp8GemvTc(const LinearFp8Problem& p, int config, int max_ctas, PdlMode pdl, cudaStream_t stream) {
   if (!Fp8GemvTcFits(p, sizeof(T))) return cudaErrorInvalidValue;
   if (config < 0) {
     int dev = 0;
@@ -340,11 +366,11 @@ cudaError_t LaunchFp8GemvTc(const LinearFp8Problem& p, int config, PdlMode pdl, 
     config = Fp8GemvTcDefaultConfig(p.n, CudaSmCount(dev));
   }
   const int bs_log2 = CeilLog2(p.block_size);  // 0 for per-channel scales (block_size 0)
-  return p.m <= 8 ? LaunchTcConfig<T, 1>(config, p, bs_log2, pdl, stream)
-                  : LaunchTcConfig<T, 2>(config, p, bs_log2, pdl, stream);
+  return p.m <= 8 ? LaunchTcConfig<T, 1>(config, p, bs_log2, max_ctas, pdl, stream)
+                  : LaunchTcConfig<T, 2>(config, p, bs_log2, max_ctas, pdl, stream);
 }
 
-template cudaError_t LaunchFp8GemvTc<__half>(const LinearFp8Problem&, int, PdlMode, cudaStream_t);
-template cudaError_t LaunchFp8GemvTc<__nv_bfloat16>(const LinearFp8Problem&, int, PdlMode, cudaStream_t);
+template cudaError_t LaunchFp8GemvTc<__half>(const LinearFp8Problem&, int, int, PdlMode, cudaStream_t);
+template cudaError_t LaunchFp8GemvTc<__nv_bfloat16>(const LinearFp8Problem&, int, int, PdlMode, cudaStream_t);
 
 }  // namespace pyquant

@@ -401,10 +401,21 @@ int Fp8MmaNt(const LinearFp8Problem& p, const Fp8Options& opt) {
   return p.k >= 8192 && (p.n >= 1024 || p.m > 32) && CurrentDeviceIsSm90() ? 4 : 1;
 }
 
+// "auto" or "auto" without the tc GEMV ("notc"): the same rules otherwise.
+bool Fp8AutoLike(const Fp8Options& opt) { return opt.gemv == 0 || opt.gemv == kFp8GemvNoTc; }
+
+// Where "auto" runs the tc GEMV (linear_fp8_gemv.h): kFp8GemvTcDefaultMinM <= M <= kFp8GemvTcDefaultMaxM
+// on GPUs with fp16 mma.sync (sm_80+), below the Hopper GEMM and where the staged kernel does not
+// serve the call (checked by the caller), where it fits. Session 44, H200: see linear_fp8_gemv.h.
+bool Fp8GemvTcByDefault(const LinearFp8Problem& p, const Fp8Options& opt) {
+  return opt.gemv == 0 && p.m >= kFp8GemvTcDefaultMinM && p.m <= kFp8GemvTcDefaultMaxM &&
+         CurrentDeviceComputeCapability() >= 80;
+}
+
 // Whether the mma kernel splits K where its CTAs leave SMs idle ("auto" / "nostaged" / "mmasplit";
 // "staged", whose kernel splits K too, falls back to it).
 bool Fp8KSplitOn(const Fp8Options& opt) {
-  return opt.gemv == 0 || opt.gemv == kFp8GemvMmaSplit || opt.gemv == kFp8GemvStaged || opt.gemv == kFp8GemvNoStaged;
+  return Fp8AutoLike(opt) || opt.gemv == kFp8GemvMmaSplit || opt.gemv == kFp8GemvStaged || opt.gemv == kFp8GemvNoStaged;
 }
 
 // Cluster size kS of that kernel's K split at M tile MT (1: none): the launch and the Hopper GEMM
@@ -555,7 +566,7 @@ bool Fp8FastPath(const LinearFp8Problem& p) {
 // GEMV (staged 10.3 / 7.9 / 7.5 vs 10.3 / 8.4 / 6.6 on the same three).
 template <typename T>
 bool Fp8StagedByDefault(const LinearFp8Problem& p, const Fp8Options& opt) {
-  if (std::is_same<T, float>::value || opt.gemv != 0) return false;
+  if (std::is_same<T, float>::value || !Fp8AutoLike(opt)) return false;
   const int64_t min_m = p.k >= kFp8StagedLongK ? 2 : kFp8StagedMinM;
   if (p.m < min_m || p.m > opt.staged_max_m) return false;  // (PYQUANT_FP8_SM90_MIN_M caps staged_max_m)
 #if PYQUANT_WITH_SM90
@@ -613,17 +624,20 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
 #endif
   (void)device;
   if constexpr (!std::is_same<T, float>::value) {
-    // The tensor-core fused GEMV where pinned (PYQUANT_FP8_GEMV=tc..tc4), below the Hopper GEMM.
+    // The tensor-core fused GEMV where pinned (PYQUANT_FP8_GEMV=tc..tc4) or by default, below the
+    // Hopper GEMM.
     const bool tc_knob = opt.gemv >= kFp8GemvTc && opt.gemv < kFp8GemvTc + kFp8GemvTcConfigs;
-    if (!force_ref && tc_knob && !sm90 && Fp8GemvTcFits(p, sizeof(T))) {
-      const cudaError_t e = LaunchFp8GemvTc<T>(p, opt.gemv == kFp8GemvTc ? -1 : opt.gemv - kFp8GemvTc, pdl, stream);
+    const bool tc = tc_knob || (!staged_default && Fp8GemvTcByDefault(p, opt));
+    if (!force_ref && tc && !sm90 && Fp8GemvTcFits(p, sizeof(T))) {
+      const int config = opt.gemv == kFp8GemvTc ? -1 : opt.gemv - kFp8GemvTc;
+      const cudaError_t e = LaunchFp8GemvTc<T>(p, config, opt.tc_max_ctas, pdl, stream);
       return e != cudaSuccess ? e : cudaGetLastError();
     }
     // Decode: quantization fused into the GEMV (no xq round trip, one launch), unless the Hopper
     // GEMM was asked for at this M.
     const bool fused_knob = opt.gemv >= 3 && opt.gemv < kFp8GemvMmaSplit;  // "fused", "fused1".."fused4"
     const bool fused_allowed =
-        ((opt.gemv == 0 || opt.gemv == kFp8GemvNoStaged) && p.m <= kFp8GemvAutoMaxM) || fused_knob;
+        ((Fp8AutoLike(opt) || opt.gemv == kFp8GemvNoStaged) && p.m <= kFp8GemvAutoMaxM) || fused_knob;
     if (!force_ref && fused_allowed && !sm90 && !staged_default && Fp8GemvFusedFits(p, sizeof(T))) {
       return LaunchFp8GemvFused<T>(p, fused_knob ? opt.gemv - 3 : Fp8GemvAutoVariant(p.m), pdl, stream);
     }

@@ -217,6 +217,15 @@ def main() -> int:
                     n_checked += check_fp8(dtype, 1008, 37, 0, (1, 3, 9, 40))
                     n_checked += check_fp8(dtype, 4096, 200, 128, (1, 8, 17))
                     n_checked += check_fp8(dtype, 240, 20, 64, (2,))
+            # several row-tile groups per CTA (the grid capped at 2 CTAs)
+            with knobs(
+                {
+                    "PYQUANT_FP8_GEMV": "tc4",
+                    "PYQUANT_FP8_SM90_MIN_M": str(1 << 40),
+                    "PYQUANT_FP8_TC_CTAS": "2",
+                }
+            ):
+                n_checked += check_fp8(dtype, 1008, 200, 128, (1, 9))
         # weight-only FP8 (linear_fp8_weight_only_impl.cu): the GEMV at M <= 2, the mma kernel's three
         # shapes (M <= 8, <= 16, above), per-block scales, K tails of a chunk, the reference kernel
         if "fp8wo" in only:

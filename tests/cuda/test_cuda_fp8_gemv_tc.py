@@ -24,8 +24,11 @@ pytestmark = pytest.mark.cuda
 TC_M = [1, 2, 3, 8, 9, 16, 17, 40]
 
 
-def _tc_session(model, gemv: str = "tc"):
-    return _session(model, env={"PYQUANT_FP8_GEMV": gemv, "PYQUANT_FP8_SM90_MIN_M": str(1 << 40)})
+def _tc_session(model, gemv: str = "tc", ctas: str | None = None):
+    env = {"PYQUANT_FP8_GEMV": gemv, "PYQUANT_FP8_SM90_MIN_M": str(1 << 40)}
+    if ctas is not None:
+        env["PYQUANT_FP8_TC_CTAS"] = ctas
+    return _session(model, env=env)
 
 
 @pytest.mark.parametrize("gemv", ["tc", "tc1", "tc2", "tc3", "tc4"])
@@ -41,12 +44,27 @@ def test_fp8_gemv_tc(rng, gemv, dtype, block_size, x_scale, kn):
     _check_fp8(sess, rng, TC_M, k, n, dtype, w8, ws, block_size, x_scale, bias_t)
 
 
+@pytest.mark.parametrize("ctas", ["1", "3"])
+@pytest.mark.parametrize("gemv", ["tc", "tc3", "tc4"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("block_size", [0, 128])
+@pytest.mark.parametrize("kn", [(4096, 200), (1008, 37), (2048, 1000)])
+def test_fp8_gemv_tc_groups_per_cta(rng, ctas, gemv, dtype, block_size, kn):
+    """The grid capped at 1 / 3 CTAs (PYQUANT_FP8_TC_CTAS): each CTA walks several row-tile groups
+    (13 / 3 / 63 groups of 16 rows at one tile per group, 7 / 2 / 32 at two), one barrier and one
+    output store per group, weight loads running ahead across groups; 8- and 16-token grid rows."""
+    k, n = kn
+    model, w8, ws, bias_t = _fp8_case(rng, k, n, block_size, dtype, None, True)
+    sess = _tc_session(model, gemv, ctas)
+    _check_fp8(sess, rng, [1, 5, 8, 9, 16, 40], k, n, dtype, w8, ws, block_size, None, bias_t)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("block_size", [0, 16, 128])
 @pytest.mark.parametrize("kn", [(4096, 4096), (14336, 512), (2048, 1000)])
 def test_fp8_gemv_tc_layers(rng, dtype, block_size, kn):
-    """Layer-sized problems (256 / 32 / 63 row tiles: every automatic configuration's CTA count on
-    an H100 / H200), M = 1 .. 16; block 16 falls back to the mma kernels."""
+    """Layer-sized problems (256 / 32 / 63 row tiles; 4096 x 4096 has about one group per resident
+    CTA on an H100 / H200), M = 1 .. 16; block 16 falls back to the mma kernels."""
     k, n = kn
     model, w8, ws, bias_t = _fp8_case(rng, k, n, block_size, dtype, None, True)
     _check_fp8(_tc_session(model), rng, [1, 4, 8, 12, 16], k, n, dtype, w8, ws, block_size, None, bias_t)

@@ -53,8 +53,8 @@ Methods (fp16 activations):
   pyquant_int4_nopiece  the default without the piece mma kernel (PYQUANT_INT4_SHUF_VARIANT=-3: the
                     kernels it replaced at M <= 16 on narrow layers) (not in the default list)
   pyquant_int4_paired / _sv<60..68>p  the default / a piece kernel variant with its MMAs regrouped
-                    so that X needs no register moves (PYQUANT_INT4_PIECE_PAIRED=1) (not in the
-                    default list)
+                    so that X needs no register moves (PYQUANT_INT4_PIECE_PAIRED=1, the default since
+                    session 44); pyquant_int4_unpaired: session 43's grouping (not in the default list)
   pyquant_int4_wide / _wide1  the wide shared-memory kernel (variant 8 / 9) on every layer at every
                     M, Hopper GEMM off (not in the default list); _wide_f3: variant 8 with its K
                     split aimed at 3 CTAs per SM (PYQUANT_INT4_WIDE_FILL=300)
@@ -151,6 +151,8 @@ METHOD_ENV = {
     # its MMAs regrouped so that X needs no register moves
     "pyquant_int4_nopiece": {"PYQUANT_INT4_SHUF_VARIANT": "-3"},
     "pyquant_int4_paired": {"PYQUANT_INT4_PIECE_PAIRED": "1"},
+    # session 43's grouping (the default until session 44)
+    "pyquant_int4_unpaired": {"PYQUANT_INT4_PIECE_PAIRED": "0"},
     **{
         f"pyquant_int4_sv{v}p": {
             "PYQUANT_INT4_SHUF_VARIANT": str(v),

@@ -39,8 +39,8 @@ constexpr int kFp8GemvTc = 11;
 // Fp8Options::gemv value of "notc": "auto" without the tc GEMV (the session-43 default; benchmarks).
 constexpr int kFp8GemvNoTc = 16;
 // The M range in which "auto" runs the tc GEMV (Fp8GemvTcByDefault, linear_fp8_impl.cu).
-constexpr int64_t kFp8GemvTcDefaultMinM = 2;
-constexpr int64_t kFp8GemvTcDefaultMaxM = 8;
+constexpr int64_t kFp8GemvTcDefaultMinM = 3;
+constexpr int64_t kFp8GemvTcDefaultMaxM = 4;
 // The M range in which "auto" runs the staged kernel on sm_90's narrow layers (Fp8StagedByDefault;
 // the upper end is Fp8Options::staged_max_m). Up to 64 one grid row of tokens; since session 23 up to
 // 128 in two grid rows of 64 tokens on the narrowest layers (ceil(N / 8) <= SMs / 2).

@@ -51,9 +51,17 @@ constexpr size_t kFp8GemvTcMaxSmem = 160 * 1024;
 // (16-row tiles per group, warps, 64-k units in flight per warp, CTAs per SM the registers must
 // allow)
 //   0: (1, 4, 4, 6)   1: (1, 8, 4, 3)   2: (1, 16, 4, 2)   3: (2, 16, 4, 1)   4: (2, 8, 4, 2)
-// Automatic (Fp8GemvTcDefaultConfig): 2 (session 44, before measuring the persistent grid).
-// The grid holds the CTAs that fit at once (fewer where there are fewer groups); each CTA
-// quantizes X once and walks its groups.
+// Automatic (Fp8GemvTcDefaultConfig): 3 (NT = 2, 16 warps, one CTA per SM: the fewest CTAs, so
+// the least requantization of X). The grid holds the CTAs that fit at once (fewer where there are
+// fewer groups); each CTA quantizes X once and walks its groups.
+// Measured (H200, bench/results/2026-11-28-h200-s44-tc2-bench-cuda.md, us, tc3 against the
+// former default "notc"): faster at M = 4 on the five layers timed (4096 x 14336 21.2 vs 23.3;
+// 14336 x 4096 25.0 vs 26.6; 8192^2 24.7 vs 27.1; 4096^2 9.2 vs 10.2; 2048 x 8192 9.1 vs 10.0);
+// slower at M = 1 (its X phase at the CTA's start: 19.3 vs 17.4 on 4096 x 14336), at M = 2 on
+// three of five (the fused GEMV: 14336 x 4096 21.4 vs 19.1) and at M = 8 on three (8 rows of X
+// per CTA: 8192^2 29.7 vs 27.7). Hence "auto" uses it at M = 3-4 only (kFp8GemvTcDefaultMinM /
+// MaxM, linear_fp8.h; M = 3 not timed: the kernel's cost does not depend on M up to 8, and the
+// former path at M = 3 is the M = 4 one).
 constexpr int kFp8GemvTcConfigs = 5;
 int Fp8GemvTcDefaultConfig(int64_t n, int sms);
 // Shape / type / alignment / shared-memory check (elem_bytes = sizeof(T)); pointers of p set.

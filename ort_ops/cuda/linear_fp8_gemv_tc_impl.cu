@@ -353,7 +353,7 @@ bool Fp8GemvTcFits(const LinearFp8Problem& p, size_t elem_bytes) {
 
 int Fp8GemvTcDefaultConfig(int64_t n, int sms) {
   (void)n, (void)sms;
-  return 2;
+  return 3;
 }
 
 template <typename T>

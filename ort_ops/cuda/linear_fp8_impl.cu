@@ -406,7 +406,8 @@ bool Fp8AutoLike(const Fp8Options& opt) { return opt.gemv == 0 || opt.gemv == kF
 
 // Where "auto" runs the tc GEMV (linear_fp8_gemv.h): kFp8GemvTcDefaultMinM <= M <= kFp8GemvTcDefaultMaxM
 // on GPUs with fp16 mma.sync (sm_80+), below the Hopper GEMM and where the staged kernel does not
-// serve the call (checked by the caller), where it fits. Session 44, H200: see linear_fp8_gemv.h.
+// serve the call (checked by the caller), where it fits. Session 44, H200: linear_fp8_gemv.h's
+// kFp8GemvTcConfigs comment.
 bool Fp8GemvTcByDefault(const LinearFp8Problem& p, const Fp8Options& opt) {
   return opt.gemv == 0 && p.m >= kFp8GemvTcDefaultMinM && p.m <= kFp8GemvTcDefaultMaxM &&
          CurrentDeviceComputeCapability() >= 80;

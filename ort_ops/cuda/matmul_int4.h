@@ -66,13 +66,16 @@ struct Int4Workspace {
 //   wide_fill: PYQUANT_INT4_WIDE_FILL, the wide kernel's K-split target (kInt4ShuffledWideFill);
 //   x_ahead: PYQUANT_INT4_SHUF_XAHEAD = 0 / 1 / 2, the register mma kernel's X fragments loaded one
 //     (2: two, at MT8 <= 2) k16 steps ahead of their MMAs (-1 = Int4ShuffledXAheadDefault);
-//   piece_paired: PYQUANT_INT4_PIECE_PAIRED=1, the piece kernel's MMAs regrouped so that each B
-//     operand is an aligned register pair of one X load (no moves; session 43, not yet measured).
+//   piece_paired: PYQUANT_INT4_PIECE_PAIRED (default 1; "0" = session 43's grouping), the piece
+//     kernel's MMAs regrouped so that each B operand is an aligned register pair of one X load (no
+//     moves: 264 SASS instructions per 4 units against 288). Default since session 44: H200, equal
+//     or up to 4 % faster at M = 1-16 on 14336 x 4096, 8192^2, 2048 x 8192 (14336 x 4096 M = 1 / 8:
+//     10.4 / 11.8 us against 10.8 / 12.0; bench/results/2026-11-28-h200-s44-paired-bench-cuda.md).
 struct Int4ShufKnobs {
   int variant = -1;
   int wide_fill = kInt4ShuffledWideFill;
   int x_ahead = -1;
-  bool piece_paired = false;
+  bool piece_paired = true;
 };
 // Inputs of the sm90 GEMM that the node derives once from constant scales / zero points:
 // scales_t [n_blocks, N] T = scales transposed, zeros_t [n_blocks, N] T = -zp * scale.

@@ -72,7 +72,7 @@ class MatMulInt4Cuda final : public Kernel {
     sm90_.shuf.variant = EnvInt("PYQUANT_INT4_SHUF_VARIANT", -1);
     sm90_.shuf.wide_fill = EnvInt("PYQUANT_INT4_WIDE_FILL", kInt4ShuffledWideFill);
     sm90_.shuf.x_ahead = EnvInt("PYQUANT_INT4_SHUF_XAHEAD", -1);
-    sm90_.shuf.piece_paired = EnvInt("PYQUANT_INT4_PIECE_PAIRED", 0) == 1;
+    sm90_.shuf.piece_paired = EnvInt("PYQUANT_INT4_PIECE_PAIRED", 1) != 0;
     // PYQUANT_INT4_SHUFFLE: 0 = never; 1 (default) = Int4ShuffleByDefault layers (matmul_int4.h);
     // all = every layer the order tiles; require = all, and fail session creation where it cannot.
     const int shuffle = EnvChoice("PYQUANT_INT4_SHUFFLE", {"0", "1", "all", "require"}, 1);

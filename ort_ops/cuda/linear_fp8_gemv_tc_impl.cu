@@ -195,9 +195,12 @@ __global__ void __launch_bounds__(kWarps * 32, kMinCtas)
   };
   zero_acc();
 
-  // The groups' partial tiles, summed in warp order (double-buffered: one barrier per group).
+  // The groups' partial tiles, summed in warp order: double-buffered (one barrier per group) where
+  // two buffers fit the 48 KB of static shared memory that every architecture allows, else one
+  // buffer and a second barrier after its reads (2 tiles x 16 tokens x 16 warps: 2 x 32 KB).
   constexpr int kE = NT * MT8 * 4;
-  __shared__ float red[2][kWarps][kE][32];
+  constexpr int kRedBufs = 2 * kWarps * kE * 32 * int(sizeof(float)) + 1024 <= 48 * 1024 ? 2 : 1;
+  __shared__ float red[kRedBufs][kWarps][kE][32];
   int g_run = 0, s_run = 0;  // the group / unit slot of the unit run next
   // One unit from slot `sl` (then refilled D units ahead); at a group's last slot, its output.
   auto run_unit = [&](TcSlot<NT, kBlock>& sl) {
@@ -249,7 +252,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinCtas)
     }
     // The group's end (the same step in every warp): c[r] of lane (gr, tq) in tile j, token
     // tile i is row r0 + 16 j + gr + 8 (r / 2), token m0 + 8 i + 2 tq + r % 2.
-    const int buf = g_run & 1;
+    const int buf = kRedBufs == 2 ? (g_run & 1) : 0;
     const float* a = &acc[0][0][0];
 #pragma unroll
     for (int e = 0; e < kE; ++e) red[buf][warp][e][lane] = a[e];
@@ -271,6 +274,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinCtas)
       if (bias) v += LoadF(bias, row);
       y[int64_t(m0 + tok) * n + row] = StoreT<T>(v);
     }
+    if constexpr (kRedBufs == 1) __syncthreads();  // the next group's writes wait for these reads
     s_run = 0, ++g_run;
   };
   // `i + d < total` is the same for every warp of the CTA (the barrier in run_unit).

@@ -51,7 +51,7 @@ constexpr size_t kFp8GemvTcMaxSmem = 160 * 1024;
 // (16-row tiles per group, warps, 64-k units in flight per warp, CTAs per SM the registers must
 // allow)
 //   0: (1, 4, 4, 6)   1: (1, 8, 4, 3)   2: (1, 16, 4, 2)   3: (2, 16, 4, 1)   4: (2, 8, 4, 2)
-// Automatic (Fp8GemvTcDefaultConfig): 3 (NT = 2, 16 warps, one CTA per SM: the fewest CTAs, so
+// Automatic (kFp8GemvTcDefaultConfig): 3 (NT = 2, 16 warps, one CTA per SM: the fewest CTAs, so
 // the least requantization of X). The grid holds the CTAs that fit at once (fewer where there are
 // fewer groups); each CTA quantizes X once and walks its groups.
 // Measured (H200, bench/results/2026-11-28-h200-s44-tc2-bench-cuda.md, us, tc3 against the
@@ -63,7 +63,7 @@ constexpr size_t kFp8GemvTcMaxSmem = 160 * 1024;
 // MaxM, linear_fp8.h; M = 3 not timed: the kernel's cost does not depend on M up to 8, and the
 // former path at M = 3 is the M = 4 one).
 constexpr int kFp8GemvTcConfigs = 5;
-int Fp8GemvTcDefaultConfig(int64_t n, int sms);
+constexpr int kFp8GemvTcDefaultConfig = 3;
 // Shape / type / alignment / shared-memory check (elem_bytes = sizeof(T)); pointers of p set.
 bool Fp8GemvTcFits(const LinearFp8Problem& p, size_t elem_bytes);
 // config < 0: automatic; max_ctas > 0 caps the grid (else the CTAs that fit at once).

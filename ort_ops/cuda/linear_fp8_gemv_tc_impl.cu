@@ -355,20 +355,10 @@ bool Fp8GemvTcFits(const LinearFp8Problem& p, size_t elem_bytes) {
          p.m * p.n < (int64_t{1} << 31) && TcSmemBytes(p.m, p.k) <= kFp8GemvTcMaxSmem;
 }
 
-int Fp8GemvTcDefaultConfig(int64_t n, int sms) {
-  (void)n, (void)sms;
-  return 3;
-}
-
 template <typename T>
 cudaError_t LaunchFp8GemvTc(const LinearFp8Problem& p, int config, int max_ctas, PdlMode pdl, cudaStream_t stream) {
   if (!Fp8GemvTcFits(p, sizeof(T))) return cudaErrorInvalidValue;
-  if (config < 0) {
-    int dev = 0;
-    const cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess) return e;
-    config = Fp8GemvTcDefaultConfig(p.n, CudaSmCount(dev));
-  }
+  if (config < 0) config = kFp8GemvTcDefaultConfig;
   const int bs_log2 = CeilLog2(p.block_size);  // 0 for per-channel scales (block_size 0)
   return p.m <= 8 ? LaunchTcConfig<T, 1>(config, p, bs_log2, max_ctas, pdl, stream)
                   : LaunchTcConfig<T, 2>(config, p, bs_log2, max_ctas, pdl, stream);

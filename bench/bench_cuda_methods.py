@@ -26,7 +26,7 @@ Methods (fp16 activations):
                     (linear_fp8_staged.h) below the Hopper GEMM / at every M <= 64; nostaged: the
                     default without it (the session-20 default); c16 / staged65c16: the staged
                     kernel's K split in clusters of up to 16 (PYQUANT_STAGED_MAX_CLUSTER=16); tall / wide:
-                    its CTA shape (PYQUANT_FP8_STAGED_SHAPE); tc / tc1..tc4: the tensor-core fused
+                    its CTA shape (PYQUANT_FP8_STAGED_SHAPE); tc / tc1..tc5: the tensor-core fused
                     GEMV (session 44) below the Hopper GEMM, automatic / pinned configuration; notc:
                     the default without it; see
                     ort_ops/cuda/linear_fp8.h) (not in the default list)
@@ -266,7 +266,7 @@ METHOD_ENV = {
     **{f"pyquant_fp8_fused{i}": {"PYQUANT_FP8_GEMV": "fused" if i == 0 else f"fused{i}"} for i in range(5)},
     # the tensor-core fused GEMV (linear_fp8_gemv_tc_impl.cu, session 44) wherever the small-M kernels
     # run: automatic configuration / configurations 1..4 (linear_fp8_gemv.h)
-    **{f"pyquant_fp8_tc{i or ''}": {"PYQUANT_FP8_GEMV": f"tc{i or ''}"} for i in range(5)},
+    **{f"pyquant_fp8_tc{i or ''}": {"PYQUANT_FP8_GEMV": f"tc{i or ''}"} for i in range(6)},
     # the default without the tc GEMV (the session-43 default)
     "pyquant_fp8_notc": {"PYQUANT_FP8_GEMV": "notc"},
     **{f"pyquant_fp8_{t}": {"PYQUANT_FP8_SM90_TILE": t} for t in FP8_SM90_TILES},

@@ -34,10 +34,10 @@ constexpr int kFp8GemvStaged = 9;
 // Fp8Options::gemv value of "nostaged": "auto" without the staged kernel (the session-20 default).
 constexpr int kFp8GemvNoStaged = 10;
 // Fp8Options::gemv value of "tc" (linear_fp8_gemv.h, the tensor-core fused GEMV, automatic
-// configuration); "tc1".."tc4" follow (configurations 1..4).
+// configuration); "tc1".."tc5" follow (configurations 1..5).
 constexpr int kFp8GemvTc = 11;
 // Fp8Options::gemv value of "notc": "auto" without the tc GEMV (the session-43 default; benchmarks).
-constexpr int kFp8GemvNoTc = 16;
+constexpr int kFp8GemvNoTc = 17;
 // The M range in which "auto" runs the tc GEMV (Fp8GemvTcByDefault, linear_fp8_impl.cu).
 constexpr int64_t kFp8GemvTcDefaultMinM = 3;
 constexpr int64_t kFp8GemvTcDefaultMaxM = 4;
@@ -95,9 +95,9 @@ struct Fp8Options {
   //     M below the Hopper GEMM, where it applies (else "mmasplit"). Written in session 20
   //     for the long-K narrow layers at M = 17-64; part of "auto" since session 21.
   //   10 "nostaged" (kFp8GemvNoStaged): "auto" without the staged kernel (benchmarks).
-  //   11..15 "tc", "tc1".."tc4" (kFp8GemvTc): the tensor-core fused GEMV (linear_fp8_gemv.h) at every
-  //     M below the Hopper GEMM where it fits (else as "mma"), automatic configuration / 1..4.
-  //   16 "notc" (kFp8GemvNoTc): "auto" without the tc GEMV (benchmarks).
+  //   11..16 "tc", "tc1".."tc5" (kFp8GemvTc): the tensor-core fused GEMV (linear_fp8_gemv.h) at every
+  //     M below the Hopper GEMM where it fits (else as "mma"), automatic configuration / 1..5.
+  //   17 "notc" (kFp8GemvNoTc): "auto" without the tc GEMV (benchmarks).
   int gemv = 0;
   // PYQUANT_FP8_TC_CTAS (tests): caps the tc GEMV's grid (0: the CTAs that fit at once).
   int tc_max_ctas = 0;

@@ -47,10 +47,13 @@ cudaError_t LaunchFp8GemvWeightOnly(const LinearFp8Problem& p, PdlMode pdl, cuda
 // scales or per-K-blocks of a power of two >= 64; not weight_only.
 // Shared memory per CTA: min(M, 8 or 16) rows of K (rounded up to 64) fp16: at most this.
 constexpr size_t kFp8GemvTcMaxSmem = 160 * 1024;
-// Configurations (PYQUANT_FP8_GEMV=tc = automatic, tc1..tc4 = 1..4, "tc0" is not a name):
+// Configurations (PYQUANT_FP8_GEMV=tc = automatic, tc1..tc5 = 1..5, "tc0" is not a name):
 // (16-row tiles per group, warps, 64-k units in flight per warp, CTAs per SM the registers must
 // allow)
 //   0: (1, 4, 4, 6)   1: (1, 8, 4, 3)   2: (1, 16, 4, 2)   3: (2, 16, 4, 1)   4: (2, 8, 4, 2)
+//   5: (1, 16, 4, 1), compiled only (session 44, after its device time): 3's one CTA per SM with
+//      groups of 16 rows, so that the last round of groups idles fewer SMs: 4096 x 14336 has 448
+//      groups of 32 rows for 132 CTAs (4 rounds where 3.4 would do: 85 %), 896 of 16 (7 for 6.8).
 // Automatic (kFp8GemvTcDefaultConfig): 3 (NT = 2, 16 warps, one CTA per SM: the fewest CTAs, so
 // the least requantization of X). The grid holds the CTAs that fit at once (fewer where there are
 // fewer groups); each CTA quantizes X once and walks its groups.
@@ -62,7 +65,7 @@ constexpr size_t kFp8GemvTcMaxSmem = 160 * 1024;
 // per CTA: 8192^2 29.7 vs 27.7). Hence "auto" uses it at M = 3-4 only (kFp8GemvTcDefaultMinM /
 // MaxM, linear_fp8.h; M = 3 not timed: the kernel's cost does not depend on M up to 8, and the
 // former path at M = 3 is the M = 4 one).
-constexpr int kFp8GemvTcConfigs = 5;
+constexpr int kFp8GemvTcConfigs = 6;
 constexpr int kFp8GemvTcDefaultConfig = 3;
 // Shape / type / alignment / shared-memory check (elem_bytes = sizeof(T)); pointers of p set.
 bool Fp8GemvTcFits(const LinearFp8Problem& p, size_t elem_bytes);

@@ -1,5 +1,5 @@
 // LinearFp8 at decode and small batches on the tensor cores, with the activation quantization
-// fused in: the "tc" GEMV (PYQUANT_FP8_GEMV=tc, tc1..tc4).
+// fused in: the "tc" GEMV (PYQUANT_FP8_GEMV=tc, tc1..tc5).
 //
 // Why: the CUDA-core fused GEMV (linear_fp8_gemv_impl.cu) converts every weight to fp32 and
 // spends ~2.5 instructions per weight on conversions and FMAs, plus the on-the-fly quantization
@@ -341,6 +341,7 @@ cudaError_t LaunchTcConfig(int config, const LinearFp8Problem& p, int bs_log2, i
     case 2: return LaunchTcScales<T, MT8, 1, 16, 4, 2>(p, bs_log2, max_ctas, pdl, stream);
     case 3: return LaunchTcScales<T, MT8, 2, 16, 4, 1>(p, bs_log2, max_ctas, pdl, stream);
     case 4: return LaunchTcScales<T, MT8, 2, 8, 4, 2>(p, bs_log2, max_ctas, pdl, stream);
+    case 5: return LaunchTcScales<T, MT8, 1, 16, 4, 1>(p, bs_log2, max_ctas, pdl, stream);
     default: return LaunchTcScales<T, MT8, 1, 4, 4, 6>(p, bs_log2, max_ctas, pdl, stream);
   }
 }

@@ -625,7 +625,7 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
 #endif
   (void)device;
   if constexpr (!std::is_same<T, float>::value) {
-    // The tensor-core fused GEMV where pinned (PYQUANT_FP8_GEMV=tc..tc4) or by default, below the
+    // The tensor-core fused GEMV where pinned (PYQUANT_FP8_GEMV=tc..tc5) or by default, below the
     // Hopper GEMM.
     const bool tc_knob = opt.gemv >= kFp8GemvTc && opt.gemv < kFp8GemvTc + kFp8GemvTcConfigs;
     const bool tc = tc_knob || (!staged_default && Fp8GemvTcByDefault(p, opt));

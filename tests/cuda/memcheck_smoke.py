@@ -212,7 +212,7 @@ def main() -> int:
         # tiles (N = 37 / 200), the K tail of a unit (K = 1008), per-block scales, 8- and 16-token
         # grid rows (M = 9, 40), K < 64 per warp (K = 240)
         if dtype != "float32" and "fp8tc" in only:
-            for gemv in ("tc", "tc1", "tc2", "tc3", "tc4"):
+            for gemv in ("tc", "tc1", "tc2", "tc3", "tc4", "tc5"):
                 with knobs({"PYQUANT_FP8_GEMV": gemv, "PYQUANT_FP8_SM90_MIN_M": str(1 << 40)}):
                     n_checked += check_fp8(dtype, 1008, 37, 0, (1, 3, 9, 40))
                     n_checked += check_fp8(dtype, 4096, 200, 128, (1, 8, 17))

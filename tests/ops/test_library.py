@@ -305,3 +305,29 @@ def test_int4_tile_names_mirror_the_op():
         v = re.search(rf"constexpr int {const} = (\d+);", header)
         assert v, f"{const} not found in int4_gemm_sm90.h"
         assert int(v.group(1)) == names.index(name), const
+
+
+def test_fp8_gemv_names_match_their_constants():
+    """The PYQUANT_FP8_GEMV names that linear_fp8_op.cc reads map to the indices that
+    linear_fp8.h's constants name ("mmasplit", "staged", "nostaged", "tc", "notc"), and "tc1".."tcN"
+    follow "tc" in order, one per tc GEMV configuration after the automatic one
+    (kFp8GemvTcConfigs, linear_fp8_gemv.h): the launcher takes configuration = index - kFp8GemvTc."""
+    text = (REPO / "ort_ops" / "cuda" / "linear_fp8_op.cc").read_text()
+    m = re.search(r'EnvChoice\("PYQUANT_FP8_GEMV",\s*\{([^}]*)\}', text)
+    assert m, "PYQUANT_FP8_GEMV list not found in linear_fp8_op.cc"
+    names = re.findall(r'"(\w+)"', m.group(1))
+    header = (REPO / "ort_ops" / "cuda" / "linear_fp8.h").read_text()
+    for const, name in (
+        ("kFp8GemvMmaSplit", "mmasplit"),
+        ("kFp8GemvStaged", "staged"),
+        ("kFp8GemvNoStaged", "nostaged"),
+        ("kFp8GemvTc", "tc"),
+        ("kFp8GemvNoTc", "notc"),
+    ):
+        v = re.search(rf"constexpr int {const} = (\d+);", header)
+        assert v, f"{const} not found in linear_fp8.h"
+        assert int(v.group(1)) == names.index(name), const
+    gemv_h = (REPO / "ort_ops" / "cuda" / "linear_fp8_gemv.h").read_text()
+    configs = int(re.search(r"constexpr int kFp8GemvTcConfigs = (\d+);", gemv_h).group(1))
+    tc = names.index("tc")
+    assert names[tc : tc + configs] == ["tc", *(f"tc{i}" for i in range(1, configs))]

@@ -75,7 +75,7 @@ struct Fp8Options {
   int64_t sm90_min_m_narrow = kFp8Sm90MinMNarrow;
   // PYQUANT_FP8_GEMV: small-M kernel.
   //   0 "auto": the fused GEMV (linear_fp8_gemv.h) at M <= 2 where it fits; the tc GEMV at
-  //     kFp8GemvTcDefaultMinM..MaxM (3-4) where it fits and the staged kernel does not serve; on
+  //     kFp8GemvTcDefaultMinM..MaxM (3-4) on sm_90 where it fits and the staged kernel does not serve; on
   //     sm_90's narrow layers at kFp8StagedMinM (2 where K >= kFp8StagedLongK) <= M <= staged_max_m
   //     the staged kernel where Fp8StagedByDefault
   //     (linear_fp8_impl.cu) says, in place of the mma kernel and, at M > 32, of the Hopper GEMM;

@@ -405,12 +405,12 @@ int Fp8MmaNt(const LinearFp8Problem& p, const Fp8Options& opt) {
 bool Fp8AutoLike(const Fp8Options& opt) { return opt.gemv == 0 || opt.gemv == kFp8GemvNoTc; }
 
 // Where "auto" runs the tc GEMV (linear_fp8_gemv.h): kFp8GemvTcDefaultMinM <= M <= kFp8GemvTcDefaultMaxM
-// on GPUs with fp16 mma.sync (sm_80+), below the Hopper GEMM and where the staged kernel does not
-// serve the call (checked by the caller), where it fits. Session 44, H200: linear_fp8_gemv.h's
-// kFp8GemvTcConfigs comment.
+// on sm_90, below the Hopper GEMM and where the staged kernel does not serve the call (checked by
+// the caller), where it fits. Session 44, H200: linear_fp8_gemv.h's kFp8GemvTcConfigs comment.
+// The kernel runs on any GPU with fp16 mma.sync (sm_80+) when pinned; by default only where it was
+// measured.
 bool Fp8GemvTcByDefault(const LinearFp8Problem& p, const Fp8Options& opt) {
-  return opt.gemv == 0 && p.m >= kFp8GemvTcDefaultMinM && p.m <= kFp8GemvTcDefaultMaxM &&
-         CurrentDeviceComputeCapability() >= 80;
+  return opt.gemv == 0 && p.m >= kFp8GemvTcDefaultMinM && p.m <= kFp8GemvTcDefaultMaxM && CurrentDeviceIsSm90();
 }
 
 // Whether the mma kernel splits K where its CTAs leave SMs idle ("auto" / "nostaged" / "mmasplit";

@@ -58,6 +58,7 @@
 #include "cuda/linear_fp8_gemv.h"
 #include "cuda/linear_fp8_impl.cuh"
 #include "cuda/staged_common.cuh"  // SetFuncAttributeOnce
+#include "cuda/staged_split.h"     // ResidentCtas
 
 namespace pyquant {
 
@@ -309,11 +310,8 @@ cudaError_t LaunchTc(const LinearFp8Problem& p, int bs_log2, int max_ctas, PdlMo
   if (max_ctas > 0) {
     ctas = std::min<int64_t>(groups, max_ctas);
   } else {
-    int dev = 0, per_sm = 0;
-    if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
-    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * kWarps, smem)) != cudaSuccess)
-      return e;
-    const int64_t slots = std::max<int64_t>(1, int64_t(per_sm) * CudaSmCount(dev));
+    const int64_t slots =
+        std::max(1, ResidentCtas(reinterpret_cast<const void*>(kernel), 32 * kWarps, static_cast<int>(smem)));
     const int64_t per_cta = (groups + slots - 1) / slots;
     ctas = (groups + per_cta - 1) / per_cta;
   }

@@ -3,6 +3,7 @@
 #include <mutex>
 #include <vector>
 
+#include "cuda/device_info.h"
 #include "cuda/stream_buffers.h"
 
 namespace pyquant {
@@ -21,7 +22,9 @@ StreamBuffers& SplitCounters() {
   return *buffers;
 }
 
-// cudaOccupancyMaxActiveClusters of one launch shape, cached (0 on an error).
+// cudaOccupancyMaxActiveClusters of one launch shape, cached (0 on an error); cluster = 0: no
+// cluster launch, the CTAs per SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor) times the SMs,
+// which needs no cluster support (GPUs before sm_90).
 int MaxActiveClusters(const void* kernel, int device, int threads, int smem, int cluster) {
   struct Key {
     const void* kernel;
@@ -36,6 +39,17 @@ int MaxActiveClusters(const void* kernel, int device, int threads, int smem, int
       return k.value;
     }
   }
+  int value = 0;
+  if (cluster == 0) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&value, kernel, threads, static_cast<size_t>(smem)) !=
+        cudaSuccess) {
+      (void)cudaGetLastError();
+      value = 0;
+    }
+    value *= CudaSmCount(device);
+    cache->push_back(Key{kernel, device, threads, smem, cluster, value});
+    return value;
+  }
   cudaLaunchAttribute attr;
   attr.id = cudaLaunchAttributeClusterDimension;
   attr.val.clusterDim.x = static_cast<unsigned>(cluster);
@@ -46,7 +60,6 @@ int MaxActiveClusters(const void* kernel, int device, int threads, int smem, int
   cfg.dynamicSmemBytes = static_cast<size_t>(smem);
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
-  int value = 0;
   if (cudaOccupancyMaxActiveClusters(&value, kernel, &cfg) != cudaSuccess) {
     (void)cudaGetLastError();
     value = 0;
@@ -56,6 +69,12 @@ int MaxActiveClusters(const void* kernel, int device, int threads, int smem, int
 }
 
 }  // namespace
+
+int ResidentCtas(const void* kernel, int threads, int smem) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  return MaxActiveClusters(kernel, device, threads, smem, 0);
+}
 
 void FitStagedSplitToOneWave(const void* kernel, int threads, int smem, int64_t tiles, int max_kz, int* ks, int* kz) {
   int device = 0;

@@ -51,4 +51,8 @@ StagedGridSplit StagedSplitBuffers(cudaStream_t stream, int kz, size_t m, size_t
 // the clusters do not fit but the CTAs would, ks halves and kz doubles (the same K parts), kz <= max_kz.
 void FitStagedSplitToOneWave(const void* kernel, int threads, int smem, int64_t tiles, int max_kz, int* ks, int* kz);
 
+// CTAs of `kernel` (threads, smem bytes per CTA, no cluster) that the current device holds at once,
+// cached per kernel, device and shape as above (0 on an error).
+int ResidentCtas(const void* kernel, int threads, int smem);
+
 }  // namespace pyquant

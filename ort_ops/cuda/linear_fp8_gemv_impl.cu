@@ -117,24 +117,7 @@ __global__ void __launch_bounds__(kThreads)
   } else if (static_scale) {
     if (threadIdx.x < kM) inv_s[threadIdx.x] = 1.0f / x_scale, row_s[threadIdx.x] = x_scale;
   } else {
-    const int vecs = k / (16 / int(sizeof(T)));
-#pragma unroll
-    for (int m = 0; m < kM; ++m) {
-      float amax = 0.0f;
-      for (int i = threadIdx.x; i < vecs; i += kThreads)
-        amax = VecAbsMax<T>(LoadCached16(x + int64_t(m) * k + 8 * i), amax);
-      amax = WarpMax(amax);
-      if (lane == 0) red_max[m][warp] = amax;
-    }
-    __syncthreads();
-    if (threadIdx.x < kM) {
-      float v = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kWarps; ++i) v = fmaxf(v, red_max[threadIdx.x][i]);
-      const Fp8RowScale rs = DynamicFp8RowScale(v);
-      inv_s[threadIdx.x] = rs.inv;
-      row_s[threadIdx.x] = rs.s_x;
-    }
+    CtaDynamicRowScales<T, kM, kWarps, true>(x, 0, kM, k, lane, warp, red_max, inv_s, row_s);
   }
   __syncthreads();
   float inv[kM];

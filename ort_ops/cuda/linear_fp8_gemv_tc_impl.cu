@@ -144,22 +144,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinCtas)
   if (static_scale) {
     if (threadIdx.x < kTok) inv_s[threadIdx.x] = 1.0f / x_scale, row_s[threadIdx.x] = x_scale;
   } else {
-    for (int t = 0; t < tokens; ++t) {
-      float amax = 0.0f;
-      for (int i = threadIdx.x; i < vecs; i += kWarps * 32)
-        amax = VecAbsMax<T>(LoadCached16(x + int64_t(m0 + t) * k + 8 * i), amax);
-      amax = WarpMax(amax);
-      if (lane == 0) red_max[t][warp] = amax;
-    }
-    __syncthreads();
-    if (threadIdx.x < tokens) {
-      float v = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kWarps; ++i) v = fmaxf(v, red_max[threadIdx.x][i]);
-      const Fp8RowScale rs = DynamicFp8RowScale(v);
-      inv_s[threadIdx.x] = rs.inv;
-      row_s[threadIdx.x] = rs.s_x;
-    }
+    CtaDynamicRowScales<T, kTok, kWarps, false>(x, m0, tokens, k, lane, warp, red_max, inv_s, row_s);
   }
   __syncthreads();
   // Quantize: xs[t][kk] = e4m3(x * inv) as fp16, zeros from K to the last unit's end.

@@ -80,6 +80,43 @@ __device__ __forceinline__ void QuantStore(const uint4& v, float inv, uint8_t* d
   }
 }
 
+// Dynamic per-token scales of X's rows row0 .. row0 + rows - 1 (row row0 + r at x + (row0 + r) * k,
+// 16-byte aligned, K % 8 == 0; rows <= kRows): each row's amax over K across the CTA's kWarps warps
+// (NaN ignored by fmaxf; red_max: shared scratch), then the quantizers' rule (DynamicFp8RowScale)
+// into the shared inv_s[r] / row_s[r]. Every thread of the CTA calls it; the caller syncs before
+// reading the scales. The amax pass of the fused and tc GEMVs (linear_fp8_gemv_impl.cu,
+// linear_fp8_gemv_tc_impl.cu). kAllRows: rows == kRows (the fused GEMV's compile-time M, its row
+// loop unrolled); row0 and lane / warp are passed in so that both kernels' SASS is what it was
+// when each was written out in place.
+template <typename T, int kRows, int kWarps, bool kAllRows>
+__device__ __forceinline__ void CtaDynamicRowScales(const T* __restrict__ x, int row0, int rows, int k, int lane,
+                                                    int warp, float (&red_max)[kRows][kWarps], float* inv_s,
+                                                    float* row_s) {
+  const int vecs = k / (16 / int(sizeof(T)));
+  auto row_amax = [&](int r) {
+    float amax = 0.0f;
+    for (int i = threadIdx.x; i < vecs; i += kWarps * 32)
+      amax = VecAbsMax<T>(cuda_detail::LoadCached16(x + int64_t(row0 + r) * k + 8 * i), amax);
+    amax = WarpMax(amax);
+    if (lane == 0) red_max[r][warp] = amax;
+  };
+  if constexpr (kAllRows) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) row_amax(r);
+  } else {
+    for (int r = 0; r < rows; ++r) row_amax(r);
+  }
+  __syncthreads();
+  if (threadIdx.x < rows) {
+    float v = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kWarps; ++i) v = fmaxf(v, red_max[threadIdx.x][i]);
+    const Fp8RowScale rs = DynamicFp8RowScale(v);
+    inv_s[threadIdx.x] = rs.inv;
+    row_s[threadIdx.x] = rs.s_x;
+  }
+}
+
 // Two e4m3 bytes (low = lower k) -> fp16x2, exact.
 __device__ __forceinline__ uint32_t Fp8x2ToHalf2(uint32_t v16) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v16), __NV_E4M3);

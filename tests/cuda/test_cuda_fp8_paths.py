@@ -36,7 +36,7 @@ import numpy as np
 import pytest
 
 from pyquant._cuda_knobs import FP8_SM90_TILES
-from tests.cuda.test_cuda_ops import _as_t, _check_fp8, _fp8_case, _session, run_cuda
+from tests.cuda.test_cuda_ops import _as_t, _check_fp8, _check_fp8_specials, _fp8_case, _session, run_cuda
 
 pytestmark = pytest.mark.cuda
 
@@ -274,24 +274,7 @@ def test_fp8_quantizer_specials(rng, dtype, m, k):
     """NaN row, all-zero row, an infinite element (row -> NaN), saturation under a static scale,
     through both vectorized quantizers (a CTA per row for M <= 16 or rows over 4096 fp16 / bf16
     elements, else a warp per row) and the GEMV / GEMM behind them."""
-    from pyquant.ops_spec import FP8_OP
-    from pyquant.reference import assert_within_limit, linear_fp8_ref
-
-    n = 64
-    for x_scale in (None, 0.001):
-        model, w8, ws, bias_t = _fp8_case(rng, k, n, 0, dtype, x_scale, True)
-        sess = _fp8_session(model)
-        x = _as_t(rng.standard_normal((m, k)), dtype)
-        x[1, 3] = np.nan
-        x[2] = 0.0
-        if x_scale is None:
-            x[m - 1, 7] = np.inf
-        y = run_cuda(sess, x, n, dtype)
-        y_ref, mag = linear_fp8_ref(x, w8, ws, 0, x_scale, bias_t)
-        assert np.isnan(y[1]).all()
-        if x_scale is None:
-            assert np.isnan(y[m - 1]).all()
-        assert_within_limit(y, y_ref, mag, dtype, op=FP8_OP)
+    _check_fp8_specials(_fp8_session, rng, m, k, 64, dtype)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])

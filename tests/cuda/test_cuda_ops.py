@@ -264,6 +264,29 @@ def _check_fp8(sess, rng, m_list, k, n, dtype, w8, ws, block_size, x_scale, bias
             ) from None
 
 
+def _check_fp8_specials(make_session, rng, m, k, n, dtype):
+    """Row 1 with a NaN element (the row -> NaN), row 2 all zero (scale 1) and, with the dynamic
+    scale, an infinite element in row m - 1 (amax = inf: the row -> NaN); the static scale 0.001
+    saturates (|x / s| > 448). `make_session(model)` opens the session under test; m >= 3."""
+    from pyquant.ops_spec import FP8_OP
+    from pyquant.reference import assert_within_limit, linear_fp8_ref
+
+    for x_scale in (None, 0.001):
+        model, w8, ws, bias_t = _fp8_case(rng, k, n, 0, dtype, x_scale, True)
+        sess = make_session(model)
+        x = _as_t(rng.standard_normal((m, k)), dtype)
+        x[1, 3] = np.nan
+        x[2] = 0.0
+        if x_scale is None:
+            x[m - 1, 7] = np.inf
+        y = run_cuda(sess, x, n, dtype)
+        y_ref, mag = linear_fp8_ref(x, w8, ws, 0, x_scale, bias_t)
+        assert np.isnan(y[1]).all()
+        if x_scale is None:
+            assert np.isnan(y[m - 1]).all()
+        assert_within_limit(y, y_ref, mag, dtype, op=FP8_OP)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("block_size", [0, 16, 64, 128])
 @pytest.mark.parametrize("x_scale", [None, 0.02])

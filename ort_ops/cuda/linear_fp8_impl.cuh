@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "cuda/matmul_int4_impl.cuh"
+#include "ops/linear_fp8.h"  // Fp8RowScale, DynamicFp8RowScale
 
 namespace pyquant {
 namespace fp8_detail {

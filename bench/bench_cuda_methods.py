@@ -43,7 +43,7 @@ Methods (fp16 activations):
   pyquant_int4_plain  B read row-major as stored (PYQUANT_INT4_SHUFFLE=0: no in-place rewrite, the
                     Hopper default before 2026-11-24) (not in the default list)
   pyquant_int4_all  B rewritten in the shuffled order on every layer it tiles (PYQUANT_INT4_SHUFFLE=all;
-                    the default does it from N * K >= 2^25, and from 2^24 where N >= 4 K) (not in the
+                    the default does it from N * K >= 2^25, and from 2^24 where N >= K) (not in the
                     default list)
   pyquant_int4_sv<v>  a shuffled-order kernel variant (PYQUANT_INT4_SHUF_VARIANT; 0..7 mma.sync,
                     8, 9 the wide shared-memory kernel, 10..15, 18, 20, 22 CUDA-core GEMV, 40 / 41 / 42

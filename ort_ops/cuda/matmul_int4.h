@@ -205,8 +205,8 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 // 17.2 against 12.9 / 14.6, M = 64 / 256 / 2048 35.0 / 73.8 / 375 against 29.2 / 61.6 / 356 (torch
 // fp16 at 2048: 348) (bench/results/2026-11-27-h100-s36-gemvdefault-narrow-bench-cuda.md); M = 5 / 8
 // / 16 / 32 17.8 / 17.9 / 25.3 / 34.8 against 18.0 / 18.1 / 20.2 / 29.3 (…-s37-stagedshuf-bench-cuda.md).
-// Smaller layers stay row-major: 4096 x 4096 M = 16 / 32 / 48 8.9 / 10.6 / 19.1 against 10.9 / 11.6
-// / 27.9 (same file), though M = 1-4 and M >= 64 are faster shuffled (M = 1 5.2 against 4.5, M =
+// Smaller layers stayed row-major: 4096 x 4096 M = 16 / 32 / 48 8.9 / 10.6 / 19.1 against 10.9 / 11.6
+// / 27.9 (same file; before the piece kernel), though M = 1-4 and M >= 64 are faster shuffled (M = 1 5.2 against 4.5, M =
 // 2048 113 against 104, torch fp16 102; s36). PYQUANT_INT4_SHUFFLE=all rewrites every layer the order
 // tiles (the choice for prefill-bound serving), =0 none.
 // Since session 42 also wide layers of 2^24 <= N * K < 2^25 with N >= 4 K (a 1-3B model's gate /
@@ -220,15 +220,19 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 // 6.4 / 9.2).
 constexpr int64_t kInt4ShuffleMinWeights = int64_t{1} << 25;
 constexpr int64_t kInt4ShuffleWideMinWeights = int64_t{1} << 24;
+// Session 45: 4096 x 4096 too (N >= K in place of N >= 4 K), now that the piece mma kernel serves
+// it at M <= 32 (Int4ShuffledPieceByDefault) and the Hopper GEMM from M = 33: H200, us, row-major
+// -> shuffled in bench/results/2026-11-28-notes-s45.md.
 constexpr bool Int4ShuffleByDefault(int64_t n, int64_t k) {
-  return n * k >= kInt4ShuffleMinWeights || (n * k >= kInt4ShuffleWideMinWeights && n >= 4 * k);
+  return n * k >= kInt4ShuffleMinWeights || (n * k >= kInt4ShuffleWideMinWeights && n >= k);
 }
 static_assert(Int4ShuffleByDefault(8192, 2048) && Int4ShuffleByDefault(14336, 4096) &&
-                  Int4ShuffleByDefault(4096, 14336) && Int4ShuffleByDefault(8192, 8192),
-              "the measured wins: 2048 -> 8192 and the large layers (N, K)");
-static_assert(!Int4ShuffleByDefault(4096, 4096) && !Int4ShuffleByDefault(2048, 8192) &&
-                  !Int4ShuffleByDefault(4096, 2048) && !Int4ShuffleByDefault(6144, 2048),
-              "4096^2 and 8192 -> 2048 lose (N, K); smaller or less wide layers are not measured");
+                  Int4ShuffleByDefault(4096, 14336) && Int4ShuffleByDefault(8192, 8192) &&
+                  Int4ShuffleByDefault(4096, 4096),
+              "the measured wins: 2048 -> 8192, 4096^2 and the large layers (N, K)");
+static_assert(!Int4ShuffleByDefault(2048, 8192) && !Int4ShuffleByDefault(4096, 2048) &&
+                  !Int4ShuffleByDefault(6144, 2048),
+              "8192 -> 2048 loses (N, K); smaller layers are not measured");
 constexpr int64_t kInt4ShuffledGemvMaxM = 4;
 // The default GEMV configuration for M <= kInt4ShuffledGemvMaxM tokens and N rows on `sms` SMs, or
 // -1 for the mma kernel. The GEMV's grid is N / 16 CTAs (configurations 12 / 5, 8, 10: a CTA owns
@@ -306,7 +310,8 @@ constexpr int kInt4ShuffledWideVariantBase = 8;
 // the MMA's columns, so M = 1..8 cost the same instructions), configuration v = (n16 tiles per
 // CTA, warps, units of 64 k in flight per warp, CTAs per SM by registers at M <= 8): 0: (1, 4,
 // 4, 6), 1: (1, 8, 4, 3), 2: (1, 16, 4, 2), 3: (1, 4, 8, 4), 4: (1, 4, 3, 8), 5: (2, 8, 4, 2),
-// 6: (2, 4, 4, 4), 7: (1, 4, 4, 7); kInt4ShuffledPieceVariantBase + kInt4ShuffledPieceConfigs:
+// 6: (2, 4, 4, 4), 7: (1, 4, 4, 7) (at 17 <= M <= 32, configurations 1 and 2 with four token
+// tiles and 2 units in flight: PieceMt4Config); kInt4ShuffledPieceVariantBase + kInt4ShuffledPieceConfigs:
 // Int4ShuffledPieceDefaultConfig (below). Configurations 4 and 7 (one wave of 4-warp CTAs for
 // 896-CTA layers at 64 / 72 registers; with PYQUANT_INT4_PIECE_PAIRED=1 without spills on fp16)
 // replaced (1, 8, 8, 2) and (1, 32, 4, 1) after session 43's run and are not measured yet.
@@ -322,16 +327,24 @@ constexpr int kInt4ShuffledPieceConfigs = 8;
 // those two (12.2 -> 13.1, 4.3 -> 4.4), M = 16 on 8192 x 8192 (19.5 -> 20.4-22.5), and 4096 x
 // 14336 (896 tiles; the GEMV 9.7 at M = 1 against 11.6-15.3: with 71-80 registers per thread the
 // 4-warp CTAs fill 1.1 waves, the 2-tile ones leave 16 warps per SM; M = 2-8 even).
+// Session 45: also 17 <= M <= 32 on N / 16 <= 2 SMs, in one grid row of four token tiles
+// (configuration 1: 8 warps, two CTAs per SM; PieceMt4Config). The layers that reach the shuffled
+// kernels at those M are the 2^24 <= N * K < 2^25 ones with N >= K (Int4ShuffleByDefault; the
+// Hopper GEMM from kInt4Sm90MinMShuffledWide = 33 there): 4096 x 4096.
 constexpr bool Int4ShuffledPieceByDefault(int64_t n, int64_t m, int sms) {
   const int64_t tiles = n / 16;
-  return (tiles <= 2 * int64_t(sms) && m <= 16) || (tiles <= 4 * int64_t(sms) && m >= 2 && m <= 8);
+  return (tiles <= 2 * int64_t(sms) && m <= 32) || (tiles <= 4 * int64_t(sms) && m >= 2 && m <= 8);
 }
-constexpr int Int4ShuffledPieceDefaultConfig(int64_t n, int sms) {
+constexpr int Int4ShuffledPieceDefaultConfig(int64_t n, int64_t m, int sms) {
   const int64_t tiles = n / 16;
-  return tiles <= 2 * int64_t(sms) ? 2 : tiles <= 4 * int64_t(sms) ? 5 : 0;
+  return tiles <= 2 * int64_t(sms) ? (m > 16 ? 1 : 2) : tiles <= 4 * int64_t(sms) ? 5 : 0;
 }
-static_assert(Int4ShuffledPieceByDefault(4096, 1, 132) && Int4ShuffledPieceByDefault(4096, 16, 132) &&
-                  !Int4ShuffledPieceByDefault(4096, 17, 132) && !Int4ShuffledPieceByDefault(8192, 1, 132) &&
+// The configurations with a four-token-tile (MT8 = 4) instance for 17 <= M <= 32; the others run
+// those M as two grid rows of two token tiles.
+constexpr bool PieceMt4Config(int config) { return config == 1 || config == 2; }
+static_assert(PieceMt4Config(Int4ShuffledPieceDefaultConfig(4096, 17, 132)), "the default at M = 17-32");
+static_assert(Int4ShuffledPieceByDefault(4096, 1, 132) && Int4ShuffledPieceByDefault(4096, 32, 132) &&
+                  !Int4ShuffledPieceByDefault(4096, 33, 132) && !Int4ShuffledPieceByDefault(8192, 1, 132) &&
                   Int4ShuffledPieceByDefault(8192, 2, 132) && Int4ShuffledPieceByDefault(8192, 8, 132) &&
                   !Int4ShuffledPieceByDefault(8192, 9, 132) && !Int4ShuffledPieceByDefault(14336, 4, 132),
               "the measured choices above (N, M, SMs)");

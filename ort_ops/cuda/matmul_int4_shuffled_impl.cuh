@@ -118,9 +118,9 @@ cudaError_t LaunchInt4ShufWide(int variant, int fill, const T* x, const uint8_t*
 
 // The piece mma kernel (matmul_int4_shuffled_piece_impl.cu) for B in the shuffled order: each
 // lane's 16-byte piece feeds four m16n8k16 MMAs (k permuted alike in A and B), tokens are the
-// MMA's columns (8 per token tile; 16 from M = 9), block scales applied in fp32 per 64-k unit.
-// config: kInt4ShuffledPieceVariantBase's table (matmul_int4.h), < 0 for
-// Int4ShuffledPieceDefaultConfig(N, sms); paired: the kernels with the MMAs regrouped so that X
+// MMA's columns (8 per token tile; 16 from M = 9, 32 at M = 17-32 on PieceMt4Config), block scales
+// applied in fp32 per 64-k unit. config: kInt4ShuffledPieceVariantBase's table (matmul_int4.h),
+// < 0 for Int4ShuffledPieceDefaultConfig(N, M, sms); paired: the kernels with the MMAs regrouped so that X
 // needs no register moves (Int4ShufKnobs::piece_paired). Needs K % 64 == 0, N % 128 == 0,
 // block_size >= 64 and 16-byte aligned X (else cudaErrorInvalidValue). Returns the launch status.
 template <typename T>

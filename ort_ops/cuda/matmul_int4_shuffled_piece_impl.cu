@@ -38,7 +38,9 @@
 // with more margin than the GEMV's chains (products and sums as the reference's fp32 up to
 // summation order).
 //
-// Decomposition: grid = (N / (16 NT), ceil(M / (8 MT8))), block = 32 kWarps. A CTA owns NT
+// Decomposition: grid = (N / (16 NT), ceil(M / (8 MT8))), block = 32 kWarps; MT8 = 1 for M <= 8,
+// 4 for 17 <= M <= 32 on configurations 1 / 2 (PieceMt4Config: one grid row, so the weights are
+// streamed once; session 45), else 2. A CTA owns NT
 // n16 tiles x 8 MT8 tokens; its warps split the K / 64 units: warp w takes units w, w + kWarps,
 // ... (the CTA sweeps consecutive units together). Each warp keeps D units of weights, scales and
 // zero points in flight (loaded D units ahead); X (L1-resident: every CTA of an SM reads it) is
@@ -74,9 +76,14 @@ struct PieceSlot {
 // ~71 registers at (NT, D) = (1, 4), 85 at (2, 4), 95 at (1, 8)); MT8 = 2 needs ~15 more, so
 // three quarters of that count. At the caps some instances spill a few dozen bytes (ptxas -v):
 // configuration 7 (72 registers) unless paired on fp16, configuration 4 (64) at MT8 = 2.
+// MT8 = 4 (17-32 tokens, kPieceMt4Configs only) adds ~30 more (acc, part and X: 8 registers per
+// token tile each): two thirds of the count, so that configuration 1's 8-warp CTAs still fit two
+// per SM (128 registers) and a 256-CTA layer (4096 x 4096) one wave.
 template <int MT8, int kMinCtas>
 constexpr int PieceMinCtas() {
-  return MT8 == 1 ? kMinCtas : (kMinCtas * 3 / 4 > 0 ? kMinCtas * 3 / 4 : 1);
+  return MT8 == 1   ? kMinCtas
+         : MT8 == 2 ? (kMinCtas * 3 / 4 > 0 ? kMinCtas * 3 / 4 : 1)
+                    : (kMinCtas * 2 / 3 > 0 ? kMinCtas * 2 / 3 : 1);
 }
 
 // kZp: zero points given (else the symmetric 8, folded into the decode constants at compile time).
@@ -272,8 +279,16 @@ cudaError_t LaunchInt4ShufPiece(int config, bool paired, int sms, const T* x, co
                                 const uint8_t* zp, const T* bias, T* y, const Int4Geom& g, PdlMode pdl,
                                 cudaStream_t stream) {
   if (g.k % kPieceUnitK != 0 || g.n % 128 != 0 || g.bs_log2 < 6 || g.m <= 0) return cudaErrorInvalidValue;
-  if (config < 0) config = Int4ShuffledPieceDefaultConfig(g.n, sms);
+  if (config < 0) config = Int4ShuffledPieceDefaultConfig(g.n, g.m, sms);
   if (g.m <= 8) return LaunchPieceMt<T, 1>(config, paired, x, b, s, zp, bias, y, g, pdl, stream);
+  // 17-32 tokens in one grid row of four token tiles (each decoded weight feeds four MMAs) where
+  // instantiated; elsewhere two token tiles and grid.y = 2, which streams the weights twice. Two
+  // units in flight, not four: at four, 128 registers spilled 84-474 bytes, at two 0-64 (ptxas,
+  // nvcc 13.0, sm_90a).
+  if (g.m > 16 && g.m <= 32 && PieceMt4Config(config)) {
+    return config == 1 ? LaunchPiece<T, 4, 1, 8, 2, 3>(paired, x, b, s, zp, bias, y, g, pdl, stream)
+                       : LaunchPiece<T, 4, 1, 16, 2, 2>(paired, x, b, s, zp, bias, y, g, pdl, stream);
+  }
   if (int64_t(g.m + 15) / 16 > 65535) return cudaErrorInvalidValue;
   return LaunchPieceMt<T, 2>(config, paired, x, b, s, zp, bias, y, g, pdl, stream);
 }

@@ -117,8 +117,8 @@ def main() -> int:
             # the staged kernel with zero points, tiles past N and grid.y beyond 64 tokens
             with knobs({"PYQUANT_INT4_SHUF_VARIANT": "40", "PYQUANT_INT4_SM90_MIN_M": str(1 << 40)}):
                 n_checked += check_int4(dtype, 2304, 384, 64, False, (5, 17, 100))
-        # the piece mma kernel: every configuration, both MMA groupings, zero points, uneven warps
-        # (K = 1984: 31 units)
+        # the piece mma kernel: every configuration (61 / 62 with four token tiles at M = 17-32), both
+        # MMA groupings, zero points, uneven warps (K = 1984: 31 units)
         if dtype != "float32" and "piece" in only:
             for variant in range(60, 69):
                 for paired in ("0", "1"):
@@ -128,7 +128,7 @@ def main() -> int:
                         "PYQUANT_INT4_SM90_MIN_M": str(1 << 40),
                     }
                     with knobs(env):
-                        n_checked += check_int4(dtype, 1984, 256, 64, variant % 2 == 0, (1, 8, 9, 17))
+                        n_checked += check_int4(dtype, 1984, 256, 64, variant % 2 == 0, (1, 8, 9, 17, 32))
         # the Hopper GEMM's scheduler knobs (split-K ordered / unordered, stream-K)
         if dtype == "float16" and "knobs" in only:
             for env in (

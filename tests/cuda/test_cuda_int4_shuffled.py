@@ -181,11 +181,26 @@ def test_int4_shuffled_piece_variants(rng, paired, variant, dtype, symmetric):
     """The piece mma kernel (matmul_int4_shuffled_piece_impl.cu), every configuration (60..67) and
     the automatic one (68), with the MMAs as by default or regrouped so that X needs no moves
     (PYQUANT_INT4_PIECE_PAIRED=1), at M = 1..8 (one token tile), 9..16 (two) and beyond (grid.y),
-    with the Hopper GEMM off."""
+    with the Hopper GEMM off; configurations 1 / 2 (61, 62) run 17-32 tokens as four token tiles
+    in one grid row (MT8 = 4), the others as two grid rows."""
     k, n, bs = _PIECE_SHAPES[variant % len(_PIECE_SHAPES)]
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
     sess = _variant_session(model, variant, PYQUANT_INT4_PIECE_PAIRED=paired)
-    ms = [1, 2, 3, 5, 8, 9, 16, 17, 40]
+    ms = [1, 2, 3, 5, 8, 9, 16, 17, 25, 32, 40]
+    _check_int4(sess, rng, ms, k, n, bs, dtype, b, scales_t, zp, bias_t)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("bs", [64, 128])
+def test_int4_shuffled_default_4096_square(rng, dtype, symmetric, bs):
+    """4096 x 4096 with no knobs (shuffled by default since session 45: Int4ShuffleByDefault):
+    the piece kernel at M <= 16 (two token tiles) and 17-32 (four, PieceMt4Config), the Hopper
+    GEMM from M = 33 (the ping-pong 128 / 192 tiles at 96-192)."""
+    k = n = 4096
+    model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
+    sess = _session(model)
+    ms = [1, 3, 8, 16, 17, 24, 32, 33, 48, 96, 160, 256]
     _check_int4(sess, rng, ms, k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 

@@ -18,6 +18,12 @@ inline int CudaSmCount(int device) {
   return cached[device];
 }
 
+// SM count of the current device (cached as above), 0 when there is no usable current device.
+inline int CurrentDeviceSmCount() {
+  int dev = 0;
+  return cudaGetDevice(&dev) == cudaSuccess ? CudaSmCount(dev) : 0;
+}
+
 // Compute capability of the current device as 10 * major + minor (90 for sm_90), queried once
 // per device; 0 when there is no usable current device. *device_out (if given) receives the
 // current device ordinal.

@@ -221,8 +221,12 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 constexpr int64_t kInt4ShuffleMinWeights = int64_t{1} << 25;
 constexpr int64_t kInt4ShuffleWideMinWeights = int64_t{1} << 24;
 // Session 45: 4096 x 4096 too (N >= K in place of N >= 4 K), now that the piece mma kernel serves
-// it at M <= 32 (Int4ShuffledPieceByDefault) and the Hopper GEMM from M = 33: H200, us, row-major
-// -> shuffled in bench/results/2026-11-28-notes-s45.md.
+// it at 2 <= M <= 32 (Int4ShuffledPieceByDefault) and the Hopper GEMM from M = 33. H200, same run,
+// us, row-major -> shuffled (bench/results/2026-11-28-h200-s45-square-bench-cuda.md, columns
+// pyquant_int4_plain -> pyquant_int4; M = 1: pyquant_int4_nopiece, the GEMV that is now its default):
+// M = 1 / 2 / 4 / 8 / 16 4.9 / 5.9 / 8.9 / 9.3 / 8.8 -> 4.0 / 4.7 / 4.7 / 4.9 / 7.7; M = 17 / 24 / 32
+// 9.6 / 9.9 / 10.5 -> 8.3 / 8.7 / 9.3; M = 48-256 19.7-24.7 -> 17.5-20.5; M = 1024 / 2048 57.1 / 113.9
+// -> 54.1 / 109.0 (torch fp16 54.1 / 106.9); M = 33 even (18.3 / 18.8).
 constexpr bool Int4ShuffleByDefault(int64_t n, int64_t k) {
   return n * k >= kInt4ShuffleMinWeights || (n * k >= kInt4ShuffleWideMinWeights && n >= k);
 }
@@ -330,23 +334,39 @@ constexpr int kInt4ShuffledPieceConfigs = 8;
 // Session 45: also 17 <= M <= 32 on N / 16 <= 2 SMs, in one grid row of four token tiles
 // (configuration 1: 8 warps, two CTAs per SM; PieceMt4Config). The layers that reach the shuffled
 // kernels at those M are the 2^24 <= N * K < 2^25 ones with N >= K (Int4ShuffleByDefault; the
-// Hopper GEMM from kInt4Sm90MinMShuffledWide = 33 there): 4096 x 4096.
-constexpr bool Int4ShuffledPieceByDefault(int64_t n, int64_t m, int sms) {
+// Hopper GEMM from kInt4Sm90MinMShuffledWide = 33 there): 4096 x 4096, where, H200, same run, us,
+// M = 17 / 24 / 32: 8.3 / 8.7 / 9.3 against 12.4 / 12.5 / 12.7 for the register mma kernel and
+// 9.6 / 9.9 / 10.5 row-major (torch fp16 13.5-13.8; bench/results/2026-11-28-h200-s45-square-bench-cuda.md).
+// Not M = 1 where K <= 4096: there the shuffled GEMV is faster (4096^2: 4.0 against 4.6, same run;
+// 14336 x 4096 kept the piece kernel, 10.8 against 11.1, session 43).
+constexpr bool Int4ShuffledPieceByDefault(int64_t n, int64_t k, int64_t m, int sms) {
   const int64_t tiles = n / 16;
-  return (tiles <= 2 * int64_t(sms) && m <= 32) || (tiles <= 4 * int64_t(sms) && m >= 2 && m <= 8);
+  return (tiles <= 2 * int64_t(sms) && m <= 32 && (m > 1 || k > 4096)) ||
+         (tiles <= 4 * int64_t(sms) && m >= 2 && m <= 8);
 }
 constexpr int Int4ShuffledPieceDefaultConfig(int64_t n, int64_t m, int sms) {
   const int64_t tiles = n / 16;
   return tiles <= 2 * int64_t(sms) ? (m > 16 ? 1 : 2) : tiles <= 4 * int64_t(sms) ? 5 : 0;
 }
+// The op's choice on a GPU of `sms` SMs: the 4096 x 4096 class (2^24 <= N * K < 2^25, K <= N < 4 K)
+// only where the piece kernel takes its M = 2-32 (N / 16 <= 2 SMs: 132-SM H100 SXM / H200, not a
+// 114-SM H100 PCIe), since the register mma kernel that would run M = 17-32 there is slower than
+// row-major (4096^2, H200: 12.4-12.7 against 9.6-10.5 us, …-s45-square-bench-cuda.md).
+constexpr bool Int4ShuffleByDefault(int64_t n, int64_t k, int sms) {
+  return Int4ShuffleByDefault(n, k) && (n * k >= kInt4ShuffleMinWeights || n >= 4 * k || n / 16 <= 2 * int64_t(sms));
+}
+static_assert(Int4ShuffleByDefault(4096, 4096, 132) && !Int4ShuffleByDefault(4096, 4096, 114) &&
+                  Int4ShuffleByDefault(8192, 2048, 114) && Int4ShuffleByDefault(4096, 14336, 114),
+              "the square class needs the piece kernel's range (N, K, SMs)");
 // The configurations with a four-token-tile (MT8 = 4) instance for 17 <= M <= 32; the others run
 // those M as two grid rows of two token tiles.
 constexpr bool PieceMt4Config(int config) { return config == 1 || config == 2; }
 static_assert(PieceMt4Config(Int4ShuffledPieceDefaultConfig(4096, 17, 132)), "the default at M = 17-32");
-static_assert(Int4ShuffledPieceByDefault(4096, 1, 132) && Int4ShuffledPieceByDefault(4096, 32, 132) &&
-                  !Int4ShuffledPieceByDefault(4096, 33, 132) && !Int4ShuffledPieceByDefault(8192, 1, 132) &&
-                  Int4ShuffledPieceByDefault(8192, 2, 132) && Int4ShuffledPieceByDefault(8192, 8, 132) &&
-                  !Int4ShuffledPieceByDefault(8192, 9, 132) && !Int4ShuffledPieceByDefault(14336, 4, 132),
+static_assert(Int4ShuffledPieceByDefault(4096, 14336, 1, 132) && !Int4ShuffledPieceByDefault(4096, 4096, 1, 132) &&
+                  Int4ShuffledPieceByDefault(4096, 4096, 2, 132) && Int4ShuffledPieceByDefault(4096, 4096, 32, 132) &&
+                  !Int4ShuffledPieceByDefault(4096, 4096, 33, 132) && !Int4ShuffledPieceByDefault(8192, 8192, 1, 132) &&
+                  Int4ShuffledPieceByDefault(8192, 8192, 2, 132) && Int4ShuffledPieceByDefault(8192, 8192, 8, 132) &&
+                  !Int4ShuffledPieceByDefault(8192, 8192, 9, 132) && !Int4ShuffledPieceByDefault(14336, 4096, 4, 132),
               "the measured choices above (N, M, SMs)");
 constexpr bool Int4ShuffledPieceVariant(int variant) {
   return variant >= kInt4ShuffledPieceVariantBase &&

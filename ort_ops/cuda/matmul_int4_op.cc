@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "cuda/cuda_check.h"
+#include "cuda/device_info.h"
 #include "cuda/env_knobs.h"
 #include "cuda/matmul_int4.h"
 #include "cuda/register_cuda.h"
@@ -76,7 +77,8 @@ class MatMulInt4Cuda final : public Kernel {
     // PYQUANT_INT4_SHUFFLE: 0 = never; 1 (default) = Int4ShuffleByDefault layers (matmul_int4.h);
     // all = every layer the order tiles; require = all, and fail session creation where it cannot.
     const int shuffle = EnvChoice("PYQUANT_INT4_SHUFFLE", {"0", "1", "all", "require"}, 1);
-    if (shuffle != 0 && !force_ref_ && (shuffle >= 2 || Int4ShuffleByDefault(attrs_.n, attrs_.k))) {
+    if (shuffle != 0 && !force_ref_ &&
+        (shuffle >= 2 || Int4ShuffleByDefault(attrs_.n, attrs_.k, CurrentDeviceSmCount()))) {
       const std::string why = ShuffleInPlace(info);
       if (!why.empty() && shuffle == 3) {
         throw OpError("MatMulInt4 node '" + NodeName(info) + "': PYQUANT_INT4_SHUFFLE=require, but B stays " +

@@ -587,8 +587,8 @@ void LaunchShufGemv(const T* x, const uint8_t* b, const T* s, const uint8_t* zp,
 // the row-major kernels; 4096 x 4096 (PYQUANT_INT4_SHUFFLE=all): variant 3 9.6 / 9.5 / 9.7 / 12.4
 // against 6.1 / 9.1 / 9.6 / 8.9 (2026-11-24-h100-s9-shufvariants2-bench-cuda.md).
 int CurrentSmCount() {
-  int dev = 0;
-  return cudaGetDevice(&dev) == cudaSuccess ? CudaSmCount(dev) : 132;
+  const int sms = CurrentDeviceSmCount();
+  return sms > 0 ? sms : 132;
 }
 
 // Variants 3 (kS = 2) and 4 (kS = 1), the default's two: (NT4, 8 warps, U = 4), with the X-ahead
@@ -681,7 +681,7 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
     T* y = static_cast<T*>(p.y);
     const int sms = CurrentSmCount();  // the default rules' one device query per launch
     const bool piece =
-        Int4ShuffledPieceVariant(variant) || (variant == -1 && Int4ShuffledPieceByDefault(g.n, g.m, sms));
+        Int4ShuffledPieceVariant(variant) || (variant == -1 && Int4ShuffledPieceByDefault(g.n, g.k, g.m, sms));
     if (piece && AlignedTo(x, 16)) {
       const int config = variant - kInt4ShuffledPieceVariantBase;
       return LaunchInt4ShufPiece<T>(config >= 0 && config < kInt4ShuffledPieceConfigs ? config : -1, knobs.piece_paired,

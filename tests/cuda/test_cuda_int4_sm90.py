@@ -191,17 +191,19 @@ def test_int4_sm90_pingpong_rule(rng, tile, bs, symmetric):
     _check_int4(sess, rng, [65, 100, 128, 129, 200, 256, 300], k, n, bs, "float16", b, scales_t, zp, bias_t)
 
 
+@pytest.mark.parametrize("shuffle", ["default", "0"])
 @pytest.mark.parametrize("kn", [(4096, 4096), (8192, 4096)])
 @pytest.mark.parametrize("bs", [64, 128])
 @pytest.mark.parametrize("symmetric", [True, False])
-def test_int4_sm90_tile192_rule(rng, kn, bs, symmetric):
+def test_int4_sm90_tile192_rule(rng, shuffle, kn, bs, symmetric):
     """The default tiles' 192-token rule (int4_gemm_sm90.cu, Tile192ByDefault: fp16,
     128 < M <= 192, N, K >= 4096): the 64 x 192 ping-pong tiles on 4096 x 4096, the 128 x 192
     cooperative ones with K = 8192; M = 128 / 193 on the tiles around them. Under the op's own
-    defaults (B shuffled on 8192 x 4096, row-major on 4096 x 4096)."""
+    defaults (B shuffled on both layers since session 45), and with B row-major
+    (PYQUANT_INT4_SHUFFLE=0)."""
     k, n = kn
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, "float16", symmetric, True)
-    sess = _sm90_session(model, min_m=None)
+    sess = _sm90_session(model, min_m=None, env={} if shuffle == "default" else {"PYQUANT_INT4_SHUFFLE": "0"})
     _check_int4(sess, rng, [128, 129, 160, 192, 193], k, n, bs, "float16", b, scales_t, zp, bias_t)
 
 
@@ -211,7 +213,8 @@ def test_int4_sm90_tile192_rule(rng, kn, bs, symmetric):
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_int4_wide_layer_default_dispatch(rng, tile, dtype, bs, symmetric):
     """A 2048 -> 8192 layer (K x N) under the op's own defaults: since session 42 its B is
-    shuffled in place (matmul_int4.h, Int4ShuffleByDefault: 2^24 <= N * K < 2^25, N >= 4 K), the
+    shuffled in place (matmul_int4.h, Int4ShuffleByDefault: 2^24 <= N * K < 2^25, N >= 4 K; N >= K
+    since session 45), the
     Hopper GEMM starts at M = 33 (kInt4Sm90MinMShuffledWide) and, on fp16, takes the 64 x 128
     ping-pong tiles at M = 65 .. 128 (int4_gemm_sm90.cu, Pingpong128ByDefault with
     K <= kPingpong128MaxK); "coop" without that rule. Every kernel of that dispatch."""

@@ -18,6 +18,10 @@ Methods (float32 activations):
   nbits_b{32,64,128}_acc4     same with accuracy_level=4 (ORT quantizes A to int8 per block; NOT the
                               same numerics: shown because it is what ORT users pick for speed)
   pyquant_fp8                 pyquant::LinearFp8, per-channel weight scales, dynamic activation scales
+                              (above M = 16 on AVX512-BF16 CPUs: the bf16 dot-product GEMM,
+                              cpu/fp8_bf16_gemm.h)
+  pyquant_fp8_f32gemm         the same with that GEMM off (PYQUANT_CPU_FP8_BF16=0 while the session is
+                              created): the float GEMM of cpu/blocked_gemm.h (not in the default list)
   fp32_matmul                 ONNX MatMul with a float32 [K, N] initializer (MLAS SGEMM)
 
 The machine is shared by other jobs at times; the load average before / after is recorded and
@@ -115,11 +119,21 @@ def build_sessions(k: int, n: int, methods: list[str], threads: int, rng) -> dic
             out[m] = ort.InferenceSession(
                 model.SerializeToString(), _options(threads), providers=["CPUExecutionProvider"]
             )
-        elif m == "pyquant_fp8":
+        elif m in ("pyquant_fp8", "pyquant_fp8_f32gemm"):
             wq, ws = layout.quantize_weight_fp8(w)
-            out[m] = make_session(
-                fp8_model(wq, ws, x_shape=("M", None)).SerializeToString(), options=_options(threads)
-            )
+            knob = {"PYQUANT_CPU_FP8_BF16": "0"} if m == "pyquant_fp8_f32gemm" else {}
+            saved = {key: os.environ.get(key) for key in knob}
+            os.environ.update(knob)  # read at kernel creation
+            try:
+                out[m] = make_session(
+                    fp8_model(wq, ws, x_shape=("M", None)).SerializeToString(), options=_options(threads)
+                )
+            finally:
+                for key, value in saved.items():
+                    if value is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = value
         elif m == "fp32_matmul":
             out[m] = ort.InferenceSession(
                 _fp32_model(w).SerializeToString(), _options(threads), providers=["CPUExecutionProvider"]
@@ -171,7 +185,17 @@ def cpu_flags() -> list[str]:
                 if line.startswith("flags"):
                     flags = set(line.split(":", 1)[1].split())
                     return sorted(
-                        flags & {"avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8"}
+                        flags
+                        & {
+                            "avx2",
+                            "fma",
+                            "avx512f",
+                            "avx512bw",
+                            "avx512_vnni",
+                            "avx512_bf16",
+                            "avx_vnni",
+                            "amx_int8",
+                        }
                     )
     except OSError:
         pass

@@ -7,6 +7,7 @@
 
 #include "cpu/blocked_gemm.h"
 #include "cpu/cpu_types.h"
+#include "cpu/fp8_bf16_gemm.h"
 #include "cpu/gemv.h"
 #include "cpu/register_cpu.h"
 #include "ops/linear_fp8.h"
@@ -30,7 +31,8 @@ class LinearFp8Cpu final : public Kernel {
   using T = typename CpuType<kType>::type;
 
  public:
-  explicit LinearFp8Cpu(const OrtKernelInfo* info) : attrs_(ReadLinearFp8Attrs(info)) {
+  explicit LinearFp8Cpu(const OrtKernelInfo* info)
+      : attrs_(ReadLinearFp8Attrs(info)), bf16_gemm_(Fp8Bf16GemmAvailable()) {
     CheckLinearFp8Constants(info, attrs_, kType);
   }
 
@@ -46,6 +48,10 @@ class LinearFp8Cpu final : public Kernel {
     //    there the rows' scale s_x is 256 instead (a power of two: the same products, scaled
     //    exactly, barring float32 underflow below 2^-118); elsewhere 1.
     const bool gemv = m > 0 && m <= GemvMaxM(kFp8GemvMaxM);
+    if (!gemv && bf16_gemm_ && p.block_size == 0 && !p.weight_only) {
+      ComputeBf16(ctx, p);
+      return;
+    }
     // (+16 floats: rows 64 bytes off a 4 KiB multiple apart, see matmul_int4_cpu.cc.)
     const int64_t ldx = gemv ? (k + 15) / 16 * 16 + 16 : k;
     const float x_mul = gemv ? 256.0f : 1.0f;
@@ -119,7 +125,39 @@ class LinearFp8Cpu final : public Kernel {
   }
 
  private:
+  // Large M, per-channel weight scales, quantized activations, on AVX512-BF16 (cpu/fp8_bf16_gemm.h):
+  // the rows quantized as above into float, then stored as bf16 (exact) for vdpbf16ps.
+  void ComputeBf16(OrtKernelContext* ctx, const LinearFp8Problem& p) {
+    const int64_t m = p.m, k = p.k, n = p.n;
+    const T* x = static_cast<const T*>(p.x);
+    const int64_t lda = (k + 1) / 2 * 2;
+    std::unique_ptr<uint16_t[]> xb(new uint16_t[static_cast<size_t>(m * lda)]);
+    std::vector<float> s_x(static_cast<size_t>(m));
+    ParallelFor(ctx, static_cast<size_t>(m), [&](size_t row) {
+      thread_local std::vector<float> buf;
+      buf.resize(static_cast<size_t>(k));
+      const T* xr = x + static_cast<int64_t>(row) * k;
+      for (int64_t i = 0; i < k; ++i) buf[i] = ToFloat(xr[i]);
+      s_x[row] = QuantizeFp8Row(buf.data(), k, !p.static_scale, 1.0f / p.x_scale, p.x_scale, 1.0f);
+      uint16_t* out = xb.get() + static_cast<int64_t>(row) * lda;
+      for (int64_t i = 0; i < k; ++i) out[i] = Fp8ValueToBf16Bits(buf[i]);
+      for (int64_t i = k; i < lda; ++i) out[i] = 0;
+    });
+    const T* bias = static_cast<const T*>(p.bias);
+    T* y = static_cast<T*>(p.y);
+    Fp8Bf16Gemm(ctx, xb.get(), lda, m, k, n, p.w, [&](int64_t r, int64_t n0, int cols, const float* acc) {
+      T* out = y + r * n + n0;
+      const float sx = s_x[r];
+      for (int j = 0; j < cols; ++j) {
+        // As the reference: (sum * w_scale) * s_x + bias.
+        const float b = bias ? ToFloat(bias[n0 + j]) : 0.0f;
+        out[j] = FromFloat<T>(acc[j] * p.w_scale[n0 + j] * sx + b);
+      }
+    });
+  }
+
   LinearFp8Attrs attrs_;
+  bool bf16_gemm_;  // Fp8Bf16GemmAvailable() at kernel creation
 };
 
 template <ONNXTensorElementDataType kType>

@@ -25,6 +25,9 @@ for lead in [(3,), (2, 75)]:
         int4_case(rng, k=320, n=35, bs=32, dtype=dtype, symmetric=True, with_bias=False, lead=lead)
         fp8_check(rng, 384, 40, dtype, block_size=0, with_bias=True, lead=lead)
         fp8_check(rng, 320, 35, dtype, block_size=64, lead=lead)
+# LinearFp8's large-M GEMM with per-channel scales: an odd K tail, a partial panel
+for dtype in ["float32", "float16", "bfloat16"]:
+    fp8_check(rng, 301, 37, dtype, block_size=0, with_bias=True, lead=(70,))
 
 # The blocked GEMM's INT4 panel decoders at every block size, zero points over 0..15, 37 columns
 # (a panel half-empty past N), K with tails: K = 300 / 301 (chunks of 256 + 44 / 45, an odd tail),
@@ -68,10 +71,15 @@ print("ok")
 """
 
 
-@pytest.mark.parametrize("isa", ["base", "avx2", "auto"])
+# "auto-nobf16": the CPU's own ISA with LinearFp8's AVX512-BF16 GEMM off (PYQUANT_CPU_FP8_BF16=0),
+# so that an AVX-512 host still runs the float GEMM's per-channel path ("auto" takes the bf16 one
+# where the CPU has AVX512-BF16).
+@pytest.mark.parametrize("isa", ["base", "avx2", "auto", "auto-nobf16"])
 def test_cpu_isa_caps_match_reference(isa):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    if isa != "auto":
+    if isa == "auto-nobf16":
+        env["PYQUANT_CPU_FP8_BF16"] = "0"
+    elif isa != "auto":
         env["PYQUANT_CPU_ISA"] = isa
     cmd = [sys.executable, "-c", SCRIPT]
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

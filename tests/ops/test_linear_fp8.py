@@ -74,6 +74,36 @@ def test_zero_nan_inf_rows(rng):
     assert (y[0] == 0).all() and np.isnan(y[1]).all() and np.isnan(y[2]).all() and np.isfinite(y[3]).all()
 
 
+# Large M (past the small-M kernels, kFp8GemvMaxM = 16): per-channel scales run the AVX512-BF16
+# GEMM where the CPU has it (cpu/fp8_bf16_gemm.h), else the float one; PYQUANT_CPU_FP8_BF16=0 pins
+# the float GEMM (read at kernel creation). K = 301: an odd tail after the 256-value chunk (the
+# last pair half past K); N = 37: three panels, the last partial and paired with a zero panel;
+# M = 70: row tiles of 8 x 8 + 4 + 2.
+@pytest.mark.parametrize("engine", ["default", "float"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("x_scale", [None, 0.02])
+@pytest.mark.parametrize("k", [301, 520])
+def test_large_m_gemms(rng, monkeypatch, engine, dtype, x_scale, k):
+    if engine == "float":
+        monkeypatch.setenv("PYQUANT_CPU_FP8_BF16", "0")
+    _check(rng, k, 37, dtype, 0, x_scale, True, lead=(70,))
+
+
+@pytest.mark.parametrize("engine", ["default", "float"])
+def test_large_m_zero_nan_inf_rows(rng, monkeypatch, engine):
+    if engine == "float":
+        monkeypatch.setenv("PYQUANT_CPU_FP8_BF16", "0")
+    k, n = 96, 21
+    x = rng.standard_normal((40, k)).astype(np.float32)
+    x[0] = 0.0
+    x[11, 3] = np.nan
+    x[23, 7] = np.inf
+    y = _check(rng, k, n, "float32", 0, x=x)
+    nan_rows = np.isnan(y).all(axis=1)
+    assert (y[0] == 0).all() and nan_rows[11] and nan_rows[23]
+    assert np.isfinite(np.delete(y, [11, 23], axis=0)).all()
+
+
 def test_activation_quantization_bit_exact(rng):
     """With W = identity-like rows, Y exposes the quantized activations: they must be bit-exact."""
     k = 32

@@ -118,6 +118,12 @@ inline int64_t GemvMaxM(int64_t default_max) {
 }
 constexpr int64_t kInt4GemvMaxM = 8;
 constexpr int64_t kFp8GemvMaxM = 16;
+// FP8 where the AVX512-BF16 GEMM takes the layer (cpu/fp8_bf16_gemm.h: per-channel scales,
+// quantized activations): 8. Session 45, single-thread CPU time, small-M path against that GEMM
+// (PYQUANT_CPU_GEMV_MAX_M=0), ms: 384 x 1536 (K x N) at M = 4 / 8 / 12 / 16 0.061 / 0.106 / 0.163 /
+// 0.208 against 0.070 / 0.083 / 0.095 / 0.104; 4096 x 4096 1.45 / 1.67 / 4.16 / 5.39 against
+// 2.26 / 2.26 / 2.68 / 2.85 (at M = 8 the two shapes disagree; M <= 6 the small-M path wins).
+constexpr int64_t kFp8Bf16GemvMaxM = 8;
 
 namespace gemv_isa {
 // Per-ISA entry points (same contracts as above).

@@ -47,8 +47,9 @@ class LinearFp8Cpu final : public Kernel {
     //    weight_only: X as float32, not quantized. The small-M kernels multiply by w / 256, so
     //    there the rows' scale s_x is 256 instead (a power of two: the same products, scaled
     //    exactly, barring float32 underflow below 2^-118); elsewhere 1.
-    const bool gemv = m > 0 && m <= GemvMaxM(kFp8GemvMaxM);
-    if (!gemv && bf16_gemm_ && p.block_size == 0 && !p.weight_only) {
+    const bool bf16 = bf16_gemm_ && p.block_size == 0 && !p.weight_only;
+    const bool gemv = m > 0 && m <= GemvMaxM(bf16 ? kFp8Bf16GemvMaxM : kFp8GemvMaxM);
+    if (!gemv && bf16) {
       ComputeBf16(ctx, p);
       return;
     }

@@ -74,19 +74,22 @@ def test_zero_nan_inf_rows(rng):
     assert (y[0] == 0).all() and np.isnan(y[1]).all() and np.isnan(y[2]).all() and np.isfinite(y[3]).all()
 
 
-# Large M (past the small-M kernels, kFp8GemvMaxM = 16): per-channel scales run the AVX512-BF16
-# GEMM where the CPU has it (cpu/fp8_bf16_gemm.h), else the float one; PYQUANT_CPU_FP8_BF16=0 pins
-# the float GEMM (read at kernel creation). K = 301: an odd tail after the 256-value chunk (the
-# last pair half past K); N = 37: three panels, the last partial and paired with a zero panel;
-# M = 70: row tiles of 8 x 8 + 4 + 2.
+# Large M (past the small-M kernels: M > 16, or M > 8 for the bf16 GEMM, cpu/gemv.h): per-channel
+# scales run the AVX512-BF16 GEMM where the CPU has it (cpu/fp8_bf16_gemm.h), else the float one;
+# PYQUANT_CPU_FP8_BF16=0 pins the float path (read at kernel creation). K = 301: an odd tail after
+# the 256-value chunk (vector decode of 32 codes per step, then a scalar tail with the last pair
+# half past K); K = 520: two full chunks and 8 values; N = 37: three panels, the last partial and
+# paired with a zero panel; M = 70: row tiles of 8 x 8 + 4 + 2; M = 12 (bf16 GEMM, else the
+# small-M path).
 @pytest.mark.parametrize("engine", ["default", "float"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("x_scale", [None, 0.02])
 @pytest.mark.parametrize("k", [301, 520])
-def test_large_m_gemms(rng, monkeypatch, engine, dtype, x_scale, k):
+@pytest.mark.parametrize("m", [12, 70])
+def test_large_m_gemms(rng, monkeypatch, engine, dtype, x_scale, k, m):
     if engine == "float":
         monkeypatch.setenv("PYQUANT_CPU_FP8_BF16", "0")
-    _check(rng, k, 37, dtype, 0, x_scale, True, lead=(70,))
+    _check(rng, k, 37, dtype, 0, x_scale, True, lead=(m,))
 
 
 @pytest.mark.parametrize("engine", ["default", "float"])

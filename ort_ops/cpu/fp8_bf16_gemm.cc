@@ -8,7 +8,10 @@
 
 #include "common/dtypes.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// avx512bf16 intrinsics: GCC >= 10, Clang >= 9. Older compilers (GCC 9 is Ubuntu 20.04's) build the
+// scalar decoder alone, and Fp8Bf16GemmAvailable() is then false.
+#if defined(__x86_64__) && \
+    ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10))
 #include <immintrin.h>
 #define PYQUANT_BF16_KERNELS 1
 #define PYQUANT_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))

@@ -80,15 +80,38 @@ inline GemmTasks PlanGemmTasks(int64_t m, int64_t n) {
 //   (j < cols; columns cols..kNr-1 must be zero).
 // epilogue(row, n0, cols, acc): acc[j] = sum_k a[row, k] * W[n0 + j, k] for j < cols.
 // One task of PlanGemmTasks(m, n); tasks write disjoint parts of Y.
+// What task `task` of PlanGemmTasks(m, n) covers: panels p0 .. p0 + np - 1, rows m0 .. m0 + rows - 1
+// (rows <= 0: nothing). Shared by RunGemmTask and cpu/fp8_bf16_gemm.h's RunFp8Bf16Task.
+struct GemmTaskSpan {
+  int64_t p0, np, m0, rows;
+};
+inline GemmTaskSpan TaskSpan(const GemmTasks& t, size_t task, int64_t m) {
+  GemmTaskSpan s;
+  s.p0 = static_cast<int64_t>(task) % t.n_groups * t.group;
+  s.np = std::min(t.group, t.n_panels - s.p0);
+  s.m0 = static_cast<int64_t>(task) / t.n_groups * kRowsPerTask;
+  s.rows = std::min<int64_t>(kRowsPerTask, m - s.m0);
+  return s;
+}
+
+// The task's epilogue from its sums acc_buf [np][rows][kNr], row by row, so that each row of Y gets
+// its group's np * 64 bytes in one run (panel by panel, every store started a new cache line: ~10 %
+// of the single-thread time at K = 384).
+template <typename Epilogue>
+void TaskEpilogue(const GemmTaskSpan& s, int64_t n, const float* acc_buf, const Epilogue& epilogue) {
+  for (int64_t r = 0; r < s.rows; ++r) {
+    for (int64_t pi = 0; pi < s.np; ++pi) {
+      const int64_t n0 = (s.p0 + pi) * kNr;
+      epilogue(s.m0 + r, n0, static_cast<int>(std::min<int64_t>(kNr, n - n0)), acc_buf + (pi * s.rows + r) * kNr);
+    }
+  }
+}
+
 template <typename Decode, typename Epilogue>
 void RunGemmTask(const GemmTasks& t, size_t task, const float* a, int64_t m, int64_t k, int64_t n, const Decode& decode,
                  const Epilogue& epilogue) {
-  const int64_t g = static_cast<int64_t>(task) % t.n_groups;
-  const int64_t mt = static_cast<int64_t>(task) / t.n_groups;
-  const int64_t p0 = g * t.group;
-  const int64_t np = std::min(t.group, t.n_panels - p0);
-  const int64_t m0 = mt * kRowsPerTask;
-  const int64_t rows = std::min<int64_t>(kRowsPerTask, m - m0);
+  const GemmTaskSpan s = TaskSpan(t, task, m);
+  const int64_t p0 = s.p0, np = s.np, m0 = s.m0, rows = s.rows;
   if (rows <= 0) return;
   thread_local std::vector<float> bt_buf, acc_buf;
   bt_buf.resize(static_cast<size_t>(2 * kKc * kNr));
@@ -113,15 +136,7 @@ void RunGemmTask(const GemmTasks& t, size_t task, const float* a, int64_t m, int
       }
     }
   }
-  // Row by row, so that each row of Y gets its group's np * 64 bytes in one run (panel by panel, every
-  // store started a new cache line: ~10 % of the single-thread time at K = 384).
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t pi = 0; pi < np; ++pi) {
-      const int64_t n0 = (p0 + pi) * kNr;
-      const int cols = static_cast<int>(std::min<int64_t>(kNr, n - n0));
-      epilogue(m0 + r, n0, cols, acc_buf.data() + (pi * rows + r) * kNr);
-    }
-  }
+  TaskEpilogue(s, n, acc_buf.data(), epilogue);
 }
 
 template <typename Decode, typename Epilogue>

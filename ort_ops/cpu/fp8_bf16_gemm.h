@@ -65,12 +65,8 @@ template <typename Epilogue>
 void RunFp8Bf16Task(const GemmTasks& t, size_t task, const uint16_t* a, int64_t lda, int64_t m, int64_t k, int64_t n,
                     const uint8_t* w, const Epilogue& epilogue) {
   static const uint8_t kZeroRow[kKc] = {};  // e4m3 code 0 is +0
-  const int64_t g = static_cast<int64_t>(task) % t.n_groups;
-  const int64_t mt = static_cast<int64_t>(task) / t.n_groups;
-  const int64_t p0 = g * t.group;
-  const int64_t np = std::min(t.group, t.n_panels - p0);
-  const int64_t m0 = mt * kRowsPerTask;
-  const int64_t rows = std::min<int64_t>(kRowsPerTask, m - m0);
+  const GemmTaskSpan s = TaskSpan(t, task, m);
+  const int64_t p0 = s.p0, np = s.np, m0 = s.m0, rows = s.rows;
   if (rows <= 0) return;
   constexpr int64_t kPanelWords = kKc / 2 * kNr;
   thread_local std::vector<uint32_t> bt_buf;
@@ -93,12 +89,7 @@ void RunFp8Bf16Task(const GemmTasks& t, size_t task, const uint16_t* a, int64_t 
                         (kc + 1) / 2, acc, acc1);
     }
   }
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t pi = 0; pi < np; ++pi) {
-      const int64_t n0 = (p0 + pi) * kNr;
-      epilogue(m0 + r, n0, static_cast<int>(std::min<int64_t>(kNr, n - n0)), acc_buf.data() + (pi * rows + r) * kNr);
-    }
-  }
+  TaskEpilogue(s, n, acc_buf.data(), epilogue);
 }
 
 template <typename Epilogue>

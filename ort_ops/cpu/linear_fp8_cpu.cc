@@ -39,7 +39,6 @@ class LinearFp8Cpu final : public Kernel {
   void Compute(OrtKernelContext* ctx) override {
     const LinearFp8Problem p = BindLinearFp8(ctx, attrs_, kType);
     const int64_t m = p.m, k = p.k, n = p.n;
-    const T* x = static_cast<const T*>(p.x);
 
     // 1. Quantize activations row by row (bit-exact rule of docs/ops.md); keep them as floats,
     //    which hold every e4m3 value exactly. The small-M path wants them times 256 (exact; see
@@ -62,11 +61,9 @@ class LinearFp8Cpu final : public Kernel {
     std::vector<float> s_x(static_cast<size_t>(m));
     const auto& table = Fp8Table();
     ParallelFor(ctx, static_cast<size_t>(m), [&](size_t row) {
-      const T* xr = x + static_cast<int64_t>(row) * k;
       float* out = xq.get() + static_cast<int64_t>(row) * ldx;
-      for (int64_t i = 0; i < k; ++i) out[i] = ToFloat(xr[i]);
+      s_x[row] = QuantizedRow(p, static_cast<int64_t>(row), x_mul, out);
       for (int64_t i = k; i < ldx; ++i) out[i] = 0.0f;
-      s_x[row] = p.weight_only ? x_mul : QuantizeFp8Row(out, k, !p.static_scale, 1.0f / p.x_scale, p.x_scale, x_mul);
     });
 
     // 2. Y = s_x * (xq · (w * s_w)^T) + bias.
@@ -126,20 +123,25 @@ class LinearFp8Cpu final : public Kernel {
   }
 
  private:
+  // Row `row` of X as floats into out[0 .. K): quantized in place by the rule of docs/ops.md times
+  // `mul` (weight_only: only converted). Returns the row's scale s_x (weight_only: mul).
+  static float QuantizedRow(const LinearFp8Problem& p, int64_t row, float mul, float* out) {
+    const T* xr = static_cast<const T*>(p.x) + row * p.k;
+    for (int64_t i = 0; i < p.k; ++i) out[i] = ToFloat(xr[i]);
+    return p.weight_only ? mul : QuantizeFp8Row(out, p.k, !p.static_scale, 1.0f / p.x_scale, p.x_scale, mul);
+  }
+
   // Large M, per-channel weight scales, quantized activations, on AVX512-BF16 (cpu/fp8_bf16_gemm.h):
   // the rows quantized as above into float, then stored as bf16 (exact) for vdpbf16ps.
   void ComputeBf16(OrtKernelContext* ctx, const LinearFp8Problem& p) {
     const int64_t m = p.m, k = p.k, n = p.n;
-    const T* x = static_cast<const T*>(p.x);
     const int64_t lda = (k + 1) / 2 * 2;
     std::unique_ptr<uint16_t[]> xb(new uint16_t[static_cast<size_t>(m * lda)]);
     std::vector<float> s_x(static_cast<size_t>(m));
     ParallelFor(ctx, static_cast<size_t>(m), [&](size_t row) {
       thread_local std::vector<float> buf;
       buf.resize(static_cast<size_t>(k));
-      const T* xr = x + static_cast<int64_t>(row) * k;
-      for (int64_t i = 0; i < k; ++i) buf[i] = ToFloat(xr[i]);
-      s_x[row] = QuantizeFp8Row(buf.data(), k, !p.static_scale, 1.0f / p.x_scale, p.x_scale, 1.0f);
+      s_x[row] = QuantizedRow(p, static_cast<int64_t>(row), 1.0f, buf.data());
       uint16_t* out = xb.get() + static_cast<int64_t>(row) * lda;
       for (int64_t i = 0; i < k; ++i) out[i] = Fp8ValueToBf16Bits(buf[i]);
       for (int64_t i = k; i < lda; ++i) out[i] = 0;

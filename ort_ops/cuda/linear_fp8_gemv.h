@@ -74,4 +74,14 @@ bool Fp8GemvTcFits(const LinearFp8Problem& p, size_t elem_bytes);
 template <typename T>
 cudaError_t LaunchFp8GemvTc(const LinearFp8Problem& p, int config, int max_ctas, PdlMode pdl, cudaStream_t stream);
 
+// The tensor-core GEMV with warps that own their row tiles (linear_fp8_gemv_tcw_impl.cu): the
+// same units and numerics as "tc", no CTA barrier per tile group; M <= kFp8GemvTcwMaxM.
+constexpr int64_t kFp8GemvTcwMaxM = 8;
+// Fp8GemvTcFits and M <= kFp8GemvTcwMaxM.
+bool Fp8GemvTcwFits(const LinearFp8Problem& p, size_t elem_bytes);
+// split: warps per 16-row tile (1, 2, 4, 8), 0 = automatic; max_ctas > 0 caps the grid (else one
+// CTA per SM). cudaErrorInvalidValue where Fp8GemvTcwFits fails or split is not one of those.
+template <typename T>
+cudaError_t LaunchFp8GemvTcw(const LinearFp8Problem& p, int split, int max_ctas, PdlMode pdl, cudaStream_t stream);
+
 }  // namespace pyquant

@@ -78,3 +78,44 @@ def test_fp8_gemv_tc_specials(rng, dtype, m):
     _check_fp8_specials(_tc_session, rng, m, k, n, dtype)
     model, w8, ws, bias_t = _fp8_case(rng, k, n, 128, dtype, None, False)
     _check_fp8(_tc_session(model), rng, [m], k, n, dtype, w8, ws, 128, None, bias_t, scale=1e4)
+
+
+TCW_M = [1, 2, 3, 5, 8, 9]
+
+
+@pytest.mark.parametrize("gemv", ["tcw", "tcw1", "tcw2", "tcw4", "tcw8"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("block_size", [0, 64, 128])
+@pytest.mark.parametrize("x_scale", [None, 0.02])
+@pytest.mark.parametrize("kn", [(4096, 200), (1008, 37), (16400, 40), (48, 3)])
+def test_fp8_gemv_tcw(rng, gemv, dtype, block_size, x_scale, kn):
+    """The tensor-core GEMV with warps owning their row tiles (linear_fp8_gemv_tcw_impl.cu), the
+    tile split over 1-8 warps (a named barrier per tile where S > 1; with K = 48 or 1008 some
+    slices own no unit); M = 9 falls back to the default's kernels."""
+    k, n = kn
+    with_bias = bool(rng.integers(0, 2))
+    model, w8, ws, bias_t = _fp8_case(rng, k, n, block_size, dtype, x_scale, with_bias)
+    sess = _tc_session(model, gemv)
+    _check_fp8(sess, rng, TCW_M, k, n, dtype, w8, ws, block_size, x_scale, bias_t)
+
+
+@pytest.mark.parametrize("ctas", ["1", "3"])
+@pytest.mark.parametrize("gemv", ["tcw", "tcw1", "tcw4"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("block_size", [0, 128])
+@pytest.mark.parametrize("kn", [(4096, 200), (1008, 37), (2048, 1000), (4096, 4096)])
+def test_fp8_gemv_tcw_tiles_per_warp(rng, ctas, gemv, dtype, block_size, kn):
+    """The grid capped at 1 / 3 CTAs: each warp walks several row tiles (up to 256 / 8 S on
+    4096 x 4096 at one CTA), its weight loads running ahead across tiles, the split tiles' partial
+    sums alternating between two shared buffers."""
+    k, n = kn
+    model, w8, ws, bias_t = _fp8_case(rng, k, n, block_size, dtype, None, True)
+    sess = _tc_session(model, gemv, ctas)
+    _check_fp8(sess, rng, [1, 2, 8], k, n, dtype, w8, ws, block_size, None, bias_t)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("m", [3, 5, 8])
+def test_fp8_gemv_tcw_specials(rng, dtype, m):
+    """NaN / zero / infinite rows and a saturating static scale (_check_fp8_specials)."""
+    _check_fp8_specials(lambda model: _tc_session(model, "tcw"), rng, m, 1024, 72, dtype)

@@ -113,6 +113,8 @@ struct Fp8Options {
   int gemv = 0;
   // PYQUANT_FP8_TC_CTAS (tests): caps the tc GEMV's grid (0: the CTAs that fit at once).
   int tc_max_ctas = 0;
+  // PYQUANT_FP8_TCW_DEPTH (benchmarks): units in flight per warp of the tcw GEMV (4, 8, 16; 0 = 8).
+  int tcw_depth = 0;
   // PYQUANT_FP8_KSPLIT_FILL (benchmarks): that split's aim, in CTAs per SM (Fp8MmaClusterSplit); it
   // also sets which layers count as narrow for sm90_min_m_narrow.
   int k_split_fill = 1;

@@ -77,11 +77,14 @@ cudaError_t LaunchFp8GemvTc(const LinearFp8Problem& p, int config, int max_ctas,
 // The tensor-core GEMV with warps that own their row tiles (linear_fp8_gemv_tcw_impl.cu): the
 // same units and numerics as "tc", no CTA barrier per tile group; M <= kFp8GemvTcwMaxM.
 constexpr int64_t kFp8GemvTcwMaxM = 8;
-// Fp8GemvTcFits and M <= kFp8GemvTcwMaxM.
+// Fp8GemvTcFits, M <= kFp8GemvTcwMaxM and the default depth's shared memory.
 bool Fp8GemvTcwFits(const LinearFp8Problem& p, size_t elem_bytes);
-// split: warps per 16-row tile (1, 2, 4, 8), 0 = automatic; max_ctas > 0 caps the grid (else one
-// CTA per SM). cudaErrorInvalidValue where Fp8GemvTcwFits fails or split is not one of those.
+// split: warps per 16-row tile (1, 2, 4, 8), 0 = automatic; depth: units in flight per warp (4, 8
+// or 16; 8 for other values and where 16 does not fit the shared memory); max_ctas > 0 caps the
+// grid (else one CTA per SM). cudaErrorInvalidValue where Fp8GemvTcwFits fails or split is not
+// one of those. Shared memory: 8 warps x depth x 1 KB (1.25 KB with per-K-block scales) + X.
 template <typename T>
-cudaError_t LaunchFp8GemvTcw(const LinearFp8Problem& p, int split, int max_ctas, PdlMode pdl, cudaStream_t stream);
+cudaError_t LaunchFp8GemvTcw(const LinearFp8Problem& p, int split, int depth, int max_ctas, PdlMode pdl,
+                             cudaStream_t stream);
 
 }  // namespace pyquant

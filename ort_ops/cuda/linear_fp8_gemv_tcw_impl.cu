@@ -23,6 +23,7 @@
 //
 // Requirements (Fp8GemvTcwFits): those of "tc" and M <= 8.
 #include <atomic>
+#include <type_traits>
 
 #include "cuda/device_info.h"
 #include "cuda/linear_fp8_gemv.h"
@@ -38,26 +39,61 @@ using namespace fp8_tc_detail;
 namespace {
 
 constexpr int kTcwWarps = 8;
-constexpr int kTcwDepth = 8;  // units in flight per warp
+constexpr int kTcwDepth = 8;  // units in flight per warp (ring stages) by default; 4 and 16 by knob
+// One ring stage: the lane's 16 bytes of row gr at [16 lane], of row gr + 8 at [512 + 16 lane]
+// and, with per-K-block scales, the two rows' scales at [1024 + 8 lane].
+template <bool kBlock>
+constexpr int TcwStageBytes() {
+  return 1024 + (kBlock ? 256 : 0);
+}
+size_t TcwRingBytes(bool block, int depth) {
+  return static_cast<size_t>(kTcwWarps) * depth * (block ? TcwStageBytes<true>() : TcwStageBytes<false>());
+}
 
 // Named barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a multiple of 32).
 __device__ __forceinline__ void NamedBarrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// cp.async with "memory" clobbers, so that the compiler keeps shared-memory reads of a stage
+// after the wait for its group and before the copies that refill it.
+__device__ __forceinline__ void TcwCopy16(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void TcwCopy4(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void TcwCommit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void TcwWait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
+// Why cp.async and not loads into registers (as "tc"): a warp has 6 scoreboards for its
+// variable-latency instructions; with 16 weight loads in flight the compiler makes them share,
+// and the shared-X reads of a unit then wait on a scoreboard that a just-issued DRAM load also
+// holds: one DRAM round trip per unit. The first version (git show 8ece87f) ran at 0.6-0.7 us per
+// unit and warp whatever the number of warps (H200, 4096 x 14336 at M = 1: 46.9 against the
+// fused GEMV's 17.2 us; bench/results/2026-11-29-h200-s46-tcw-bench-cuda.md). cp.async groups
+// complete in order: waiting for the oldest leaves the D - 1 newer in flight.
+//
 //   x [M, K] T (M <= 8); static_scale / x_scale: the static activation scale (else dynamic per
 //   token); w [N, K] e4m3; w_scale [N, nsb] float (nsb = 1 per channel, else ceil(K / 2^bs_log2));
 //   bias [N] T or nullptr; y [M, N] T; xs_stride: halves per shared X row (TcXsStride).
 //   split_log2: log2 S (S warps per tile, S <= kWarps). weights_early: w / w_scale are constant
 //   initializers (PDL, cuda/pdl.h).
+//   Dynamic shared memory: kWarps rings of D stages (TcwStageBytes), then X (TcSmemBytes).
 template <typename T, int kWarps, int D, bool kBlock>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     fp8_gemv_tcw_kernel(const T* __restrict__ x, int static_scale, float x_scale, const uint8_t* __restrict__ w,
                         const float* __restrict__ w_scale, const T* __restrict__ bias, T* __restrict__ y, int m, int n,
                         int k, int bs_log2, int nsb, int xs_stride, int split_log2, bool weights_early) {
   extern __shared__ __align__(16) unsigned char tcw_smem[];
-  __half* const xs = reinterpret_cast<__half*>(tcw_smem);
+  constexpr int kStage = TcwStageBytes<kBlock>();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  unsigned char* const ring = tcw_smem + warp * D * kStage;
+  __half* const xs = reinterpret_cast<__half*>(tcw_smem + kWarps * D * kStage);
   const int gr = lane >> 2, tq = lane & 3;
   const int tokens = m;  // M <= 8: one grid row
   const int units = (k + kTcUnitK - 1) / kTcUnitK;
@@ -73,21 +109,34 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   const int my_tiles = first < tiles ? (tiles - first + stride - 1) / stride : 0;
   const int total = my_tiles * per_tile;  // the same for the S warps of a tile slot
 
-  int next = 0, t_ld = 0, s_ld = 0;  // loads: slot index -> this warp's tile t_ld, unit slot s_ld
-  auto load_next = [&](TcSlot<1, kBlock>& sl) {
+  // Loads: slot index `next` -> this warp's tile t_ld, unit slot s_ld, into ring stage `stage`;
+  // one commit group per slot, empty or not, so that group g is always slot g.
+  int next = 0, t_ld = 0, s_ld = 0;
+  auto load_next = [&](int stage) {
     const int unit = slice + split * s_ld;
     if (next < total && unit < units) {
-      TcLoadUnit<1, kBlock>(sl, w, w_scale, 16 * (first + stride * t_ld), unit, n, k, bs_log2, nsb, gr, tq);
+      const int r0 = 16 * (first + stride * t_ld);
+      const int kk = kTcUnitK * unit + 16 * tq;  // this lane's first k
+      const bool kin = kk < k;                   // K % 16 == 0: out only in the tail unit (zero-filled)
+      const int lo = min(r0 + gr, n - 1), hi = min(r0 + gr + 8, n - 1);  // clamped, never stored
+      unsigned char* st = ring + stage * kStage;
+      TcwCopy16(st + 16 * lane, w + int64_t(lo) * k + (kin ? kk : 0), kin);
+      TcwCopy16(st + 512 + 16 * lane, w + int64_t(hi) * k + (kin ? kk : 0), kin);
+      if constexpr (kBlock) {
+        const int blk = (kTcUnitK * unit) >> bs_log2;
+        TcwCopy4(st + 1024 + 8 * lane, w_scale + int64_t(lo) * nsb + blk);
+        TcwCopy4(st + 1028 + 8 * lane, w_scale + int64_t(hi) * nsb + blk);
+      }
     }
+    TcwCommit();
     ++next;
     if (++s_ld == per_tile) s_ld = 0, ++t_ld;
   };
 
   PdlAllowDependents();
   if (!weights_early) PdlWaitPrimary();
-  TcSlot<1, kBlock> slot[D];
 #pragma unroll
-  for (int d = 0; d < D; ++d) load_next(slot[d]);
+  for (int d = 0; d < D; ++d) load_next(d);
   if (weights_early) PdlWaitPrimary();  // X and Y only after the previous grid is complete
 
   __shared__ float red_max[8][kWarps];
@@ -103,15 +152,24 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   // slice 0 reaches after reading tile i's).
   __shared__ float red[2][kWarps][4][32];
   int t_run = 0, s_run = 0;  // the tile / unit slot run next
-  auto run_unit = [&](TcSlot<1, kBlock>& sl) {
+  auto run_unit = [&](int stage) {
+    TcwWait<D - 1>();  // this slot's group (the oldest pending) has landed
     const int unit = slice + split * s_run;
     if (unit < units) {
+      const unsigned char* st = ring + stage * kStage;
+      TcSlot<1, kBlock> sl;
+      sl.lo[0] = *reinterpret_cast<const uint4*>(st + 16 * lane);
+      sl.hi[0] = *reinterpret_cast<const uint4*>(st + 512 + 16 * lane);
+      if constexpr (kBlock) {
+        const float2 sc = *reinterpret_cast<const float2*>(st + 1024 + 8 * lane);
+        sl.s_lo[0] = sc.x, sl.s_hi[0] = sc.y;
+      }
       uint4 xv[1][2];
       xv[0][0] = *reinterpret_cast<const uint4*>(xl + kTcUnitK * unit);
       xv[0][1] = *reinterpret_cast<const uint4*>(xl + kTcUnitK * unit + 8);
       TcAccumulateTile<1, 1, kBlock>(sl, 0, xv, acc);
     }
-    load_next(sl);
+    load_next(stage);
     if (++s_run < per_tile) return;
     // The tile's end: c[r] of lane (gr, tq) is row r0 + gr + 8 (r / 2), token 2 tq + r % 2.
     const int r0 = 16 * (first + stride * t_run);
@@ -142,20 +200,21 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   for (int i = 0; i < total; i += D) {
 #pragma unroll
     for (int d = 0; d < D; ++d) {
-      if (i + d < total) run_unit(slot[d]);
+      if (i + d < total) run_unit(d);
     }
   }
+  TcwWait<0>();  // no copy outlives the CTA
 }
 
-template <typename T, bool kBlock>
+template <typename T, int D, bool kBlock>
 cudaError_t LaunchTcw(const LinearFp8Problem& p, int bs_log2, int split, int max_ctas, PdlMode pdl,
                       cudaStream_t stream) {
-  auto kernel = fp8_gemv_tcw_kernel<T, kTcwWarps, kTcwDepth, kBlock>;
+  auto kernel = fp8_gemv_tcw_kernel<T, kTcwWarps, D, kBlock>;
   static std::atomic<uint64_t> smem_set_on{0};
   cudaError_t e =
       SetFuncAttributeOnce(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kFp8GemvTcMaxSmem, smem_set_on);
   if (e != cudaSuccess) return e;
-  const size_t smem = TcSmemBytes(p.m, p.k);
+  const size_t smem = TcwRingBytes(kBlock, D) + TcSmemBytes(p.m, p.k);
   const int64_t tiles = (p.n + 15) / 16;
   const int64_t sms = std::max(1, CurrentDeviceSmCount());
   const int64_t ctas = std::max<int64_t>(1, std::min<int64_t>(tiles, max_ctas > 0 ? max_ctas : sms));
@@ -171,23 +230,35 @@ cudaError_t LaunchTcw(const LinearFp8Problem& p, int bs_log2, int split, int max
                            bs_log2, static_cast<int>(p.n_scale_blocks), TcXsStride(p.k), split_log2, pdl.weights_early);
 }
 
+bool TcwDepthFits(const LinearFp8Problem& p, int depth) {
+  return TcwRingBytes(p.block_size != 0, depth) + TcSmemBytes(p.m, p.k) <= kFp8GemvTcMaxSmem;
+}
+
 }  // namespace
 
 bool Fp8GemvTcwFits(const LinearFp8Problem& p, size_t elem_bytes) {
-  return p.m <= kFp8GemvTcwMaxM && Fp8GemvTcFits(p, elem_bytes);
+  return p.m <= kFp8GemvTcwMaxM && Fp8GemvTcFits(p, elem_bytes) && TcwDepthFits(p, kTcwDepth);
 }
 
 template <typename T>
-cudaError_t LaunchFp8GemvTcw(const LinearFp8Problem& p, int split, int max_ctas, PdlMode pdl, cudaStream_t stream) {
+cudaError_t LaunchFp8GemvTcw(const LinearFp8Problem& p, int split, int depth, int max_ctas, PdlMode pdl,
+                             cudaStream_t stream) {
   if (!Fp8GemvTcwFits(p, sizeof(T)) || (split != 0 && (split > kTcwWarps || (split & (split - 1)) != 0))) {
     return cudaErrorInvalidValue;
   }
+  if ((depth != 4 && depth != 16) || !TcwDepthFits(p, depth)) depth = kTcwDepth;
   const int bs_log2 = CeilLog2(p.block_size);  // 0 for per-channel scales (block_size 0)
-  return p.block_size != 0 ? LaunchTcw<T, true>(p, bs_log2, split, max_ctas, pdl, stream)
-                           : LaunchTcw<T, false>(p, bs_log2, split, max_ctas, pdl, stream);
+  auto launch = [&](auto d) {
+    constexpr int D = decltype(d)::value;
+    return p.block_size != 0 ? LaunchTcw<T, D, true>(p, bs_log2, split, max_ctas, pdl, stream)
+                             : LaunchTcw<T, D, false>(p, bs_log2, split, max_ctas, pdl, stream);
+  };
+  if (depth == 4) return launch(std::integral_constant<int, 4>());
+  if (depth == 16) return launch(std::integral_constant<int, 16>());
+  return launch(std::integral_constant<int, kTcwDepth>());
 }
 
-template cudaError_t LaunchFp8GemvTcw<__half>(const LinearFp8Problem&, int, int, PdlMode, cudaStream_t);
-template cudaError_t LaunchFp8GemvTcw<__nv_bfloat16>(const LinearFp8Problem&, int, int, PdlMode, cudaStream_t);
+template cudaError_t LaunchFp8GemvTcw<__half>(const LinearFp8Problem&, int, int, int, PdlMode, cudaStream_t);
+template cudaError_t LaunchFp8GemvTcw<__nv_bfloat16>(const LinearFp8Problem&, int, int, int, PdlMode, cudaStream_t);
 
 }  // namespace pyquant

@@ -640,7 +640,7 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
     // The tensor-core GEMV with warps owning their row tiles where pinned (PYQUANT_FP8_GEMV=tcw..).
     const int tcw_split = Fp8GemvTcwSplit(opt.gemv);
     if (!force_ref && tcw_split >= 0 && !sm90 && Fp8GemvTcwFits(p, sizeof(T))) {
-      const cudaError_t e = LaunchFp8GemvTcw<T>(p, tcw_split, opt.tc_max_ctas, pdl, stream);
+      const cudaError_t e = LaunchFp8GemvTcw<T>(p, tcw_split, opt.tcw_depth, opt.tc_max_ctas, pdl, stream);
       return e != cudaSuccess ? e : cudaGetLastError();
     }
     // Decode: quantization fused into the GEMV (no xq round trip, one launch), unless the Hopper

@@ -31,6 +31,7 @@ Fp8Options CudaFp8Options() {
       0);
   o.k_split_fill = std::max(1, std::min(8, EnvInt("PYQUANT_FP8_KSPLIT_FILL", 1)));
   o.tc_max_ctas = std::max(0, EnvInt("PYQUANT_FP8_TC_CTAS", 0));
+  o.tcw_depth = EnvInt("PYQUANT_FP8_TCW_DEPTH", 0);
   const int mma_nt = EnvInt("PYQUANT_FP8_MMA_NT", 0);  // "auto" (not a number) -> 0
   o.mma_nt = mma_nt == 1 || mma_nt == 2 || mma_nt == 4 ? mma_nt : 0;
   o.staged_split = CudaStagedSplitLimits();

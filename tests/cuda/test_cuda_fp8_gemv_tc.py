@@ -119,3 +119,22 @@ def test_fp8_gemv_tcw_tiles_per_warp(rng, ctas, gemv, dtype, block_size, kn):
 def test_fp8_gemv_tcw_specials(rng, dtype, m):
     """NaN / zero / infinite rows and a saturating static scale (_check_fp8_specials)."""
     _check_fp8_specials(lambda model: _tc_session(model, "tcw"), rng, m, 1024, 72, dtype)
+
+
+@pytest.mark.parametrize("depth", ["4", "16"])
+@pytest.mark.parametrize("block_size", [0, 128])
+@pytest.mark.parametrize("kn", [(4096, 200), (1008, 37)])
+def test_fp8_gemv_tcw_depth(rng, depth, block_size, kn):
+    """The cp.async ring 4 / 16 stages deep (PYQUANT_FP8_TCW_DEPTH), fp16, one and three CTAs."""
+    k, n = kn
+    model, w8, ws, bias_t = _fp8_case(rng, k, n, block_size, "float16", None, True)
+    for ctas in ("0", "3"):
+        env = {
+            "PYQUANT_FP8_GEMV": "tcw",
+            "PYQUANT_FP8_SM90_MIN_M": str(1 << 40),
+            "PYQUANT_FP8_TCW_DEPTH": depth,
+            "PYQUANT_FP8_TC_CTAS": ctas,
+        }
+        _check_fp8(
+            _session(model, env=env), rng, [1, 2, 8], k, n, "float16", w8, ws, block_size, None, bias_t
+        )

@@ -267,12 +267,6 @@ METHOD_ENV = {
     # the tensor-core fused GEMV (linear_fp8_gemv_tc_impl.cu, session 44) wherever the small-M kernels
     # run: automatic configuration / configurations 1..4 (linear_fp8_gemv.h)
     **{f"pyquant_fp8_tc{i or ''}": {"PYQUANT_FP8_GEMV": f"tc{i or ''}"} for i in range(6)},
-    # the tensor-core GEMV with warps owning their row tiles (linear_fp8_gemv_tcw_impl.cu, session
-    # 46) at M <= 8: automatic split / S warps per tile
-    **{f"pyquant_fp8_{g}": {"PYQUANT_FP8_GEMV": g} for g in ("tcw", "tcw1", "tcw2", "tcw4", "tcw8")},
-    **{
-        f"pyquant_fp8_tcw_d{d}": {"PYQUANT_FP8_GEMV": "tcw", "PYQUANT_FP8_TCW_DEPTH": str(d)} for d in (4, 16)
-    },
     # the default without the tc GEMV (the session-43 default)
     "pyquant_fp8_notc": {"PYQUANT_FP8_GEMV": "notc"},
     **{f"pyquant_fp8_{t}": {"PYQUANT_FP8_SM90_TILE": t} for t in FP8_SM90_TILES},

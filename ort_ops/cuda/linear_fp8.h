@@ -38,16 +38,6 @@ constexpr int kFp8GemvNoStaged = 10;
 constexpr int kFp8GemvTc = 11;
 // Fp8Options::gemv value of "notc": "auto" without the tc GEMV (the session-43 default; benchmarks).
 constexpr int kFp8GemvNoTc = 17;
-// Fp8Options::gemv value of "tcw" (linear_fp8_gemv.h, warps owning their row tiles, automatic
-// split); "tcw1", "tcw2", "tcw4", "tcw8" follow (S warps per tile).
-constexpr int kFp8GemvTcw = 18;
-constexpr int kFp8GemvTcwKnobs = 5;
-// The split of a "tcw" knob (0 = automatic); -1 for other values.
-constexpr int Fp8GemvTcwSplit(int gemv) {
-  return gemv < kFp8GemvTcw || gemv >= kFp8GemvTcw + kFp8GemvTcwKnobs ? -1
-         : gemv == kFp8GemvTcw                                        ? 0
-                                                                      : 1 << (gemv - kFp8GemvTcw - 1);
-}
 // The M range in which "auto" runs the tc GEMV (Fp8GemvTcByDefault, linear_fp8_impl.cu).
 constexpr int64_t kFp8GemvTcDefaultMinM = 3;
 constexpr int64_t kFp8GemvTcDefaultMaxM = 4;
@@ -108,13 +98,9 @@ struct Fp8Options {
   //   11..16 "tc", "tc1".."tc5" (kFp8GemvTc): the tensor-core fused GEMV (linear_fp8_gemv.h) at every
   //     M below the Hopper GEMM where it fits (else as "mma"), automatic configuration / 1..5.
   //   17 "notc" (kFp8GemvNoTc): "auto" without the tc GEMV (benchmarks).
-  //   18..22 "tcw", "tcw1", "tcw2", "tcw4", "tcw8" (kFp8GemvTcw): the tensor-core GEMV with warps
-  //     owning their row tiles at M <= 8 where it fits (else as "auto"), automatic / pinned split.
   int gemv = 0;
   // PYQUANT_FP8_TC_CTAS (tests): caps the tc GEMV's grid (0: the CTAs that fit at once).
   int tc_max_ctas = 0;
-  // PYQUANT_FP8_TCW_DEPTH (benchmarks): units in flight per warp of the tcw GEMV (4, 8, 16; 0 = 8).
-  int tcw_depth = 0;
   // PYQUANT_FP8_KSPLIT_FILL (benchmarks): that split's aim, in CTAs per SM (Fp8MmaClusterSplit); it
   // also sets which layers count as narrow for sm90_min_m_narrow.
   int k_split_fill = 1;

@@ -65,6 +65,15 @@ constexpr size_t kFp8GemvTcMaxSmem = 160 * 1024;
 // per CTA: 8192^2 29.7 vs 27.7). Hence "auto" uses it at M = 3-4 only (kFp8GemvTcDefaultMinM /
 // MaxM, linear_fp8.h; M = 3 not timed: the kernel's cost does not depend on M up to 8, and the
 // former path at M = 3 is the M = 4 one).
+// Measured and removed (session 46, code: git show 657b23b, "tcw"): warps owning their 16-row tiles
+// over all of K (or 2 / 4 / 8 warps per tile meeting at a named barrier), no CTA barrier per
+// group, one CTA of 8 warps per SM. With 8 units of weights in flight in registers per warp it ran
+// one DRAM round trip per unit (0.6-0.7 us per unit and warp whatever the warp count; 4096 x 14336
+// M = 1: 46.9 us): 16 loads in flight share the warp's 6 scoreboards, so the shared-X read of each
+// unit waited on a just-issued DRAM load. Through a per-warp cp.async ring (groups complete in
+// order) 20.6 us, still behind the fused GEMV (17.6) at M = 1-8 on four layers, depth 4 / 16
+// slower (bench/results/2026-11-29-h200-s46-tcw{,ring}-bench-cuda.md). The scoreboard limit
+// applies to this kernel too (D = 4 units x NT = 2 tiles x 2 rows = 16 loads in flight per warp).
 constexpr int kFp8GemvTcConfigs = 6;
 constexpr int kFp8GemvTcDefaultConfig = 3;
 // Shape / type / alignment / shared-memory check (elem_bytes = sizeof(T)); pointers of p set.
@@ -73,18 +82,5 @@ bool Fp8GemvTcFits(const LinearFp8Problem& p, size_t elem_bytes);
 // cudaErrorInvalidValue where Fp8GemvTcFits fails.
 template <typename T>
 cudaError_t LaunchFp8GemvTc(const LinearFp8Problem& p, int config, int max_ctas, PdlMode pdl, cudaStream_t stream);
-
-// The tensor-core GEMV with warps that own their row tiles (linear_fp8_gemv_tcw_impl.cu): the
-// same units and numerics as "tc", no CTA barrier per tile group; M <= kFp8GemvTcwMaxM.
-constexpr int64_t kFp8GemvTcwMaxM = 8;
-// Fp8GemvTcFits, M <= kFp8GemvTcwMaxM and the default depth's shared memory.
-bool Fp8GemvTcwFits(const LinearFp8Problem& p, size_t elem_bytes);
-// split: warps per 16-row tile (1, 2, 4, 8), 0 = automatic; depth: units in flight per warp (4, 8
-// or 16; 8 for other values and where 16 does not fit the shared memory); max_ctas > 0 caps the
-// grid (else one CTA per SM). cudaErrorInvalidValue where Fp8GemvTcwFits fails or split is not
-// one of those. Shared memory: 8 warps x depth x 1 KB (1.25 KB with per-K-block scales) + X.
-template <typename T>
-cudaError_t LaunchFp8GemvTcw(const LinearFp8Problem& p, int split, int depth, int max_ctas, PdlMode pdl,
-                             cudaStream_t stream);
 
 }  // namespace pyquant

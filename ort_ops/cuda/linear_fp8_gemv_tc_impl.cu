@@ -56,7 +56,7 @@
 #include <atomic>
 
 #include "cuda/linear_fp8_gemv.h"
-#include "cuda/linear_fp8_gemv_tc.cuh"
+#include "cuda/linear_fp8_impl.cuh"
 #include "cuda/staged_common.cuh"  // SetFuncAttributeOnce
 #include "cuda/staged_split.h"     // ResidentCtas
 
@@ -64,9 +64,19 @@ namespace pyquant {
 
 using namespace cuda_detail;
 using namespace fp8_detail;
-using namespace fp8_tc_detail;
 
 namespace {
+
+constexpr int kTcUnitK = 64;
+constexpr int kTcSkewHalves = 8;  // 16 bytes between consecutive rows' banks
+
+// One unit's loads for NT row tiles: the lane's 16 bytes of rows gr (lo) and gr + 8 (hi), and
+// with per-K-block scales their block's scales.
+template <int NT, bool kBlock>
+struct TcSlot {
+  uint4 lo[NT], hi[NT];
+  float s_lo[kBlock ? NT : 1], s_hi[kBlock ? NT : 1];
+};
 
 //   x [M, K] T; static_scale / x_scale: the static activation scale (else dynamic per token);
 //   w [N, K] e4m3; w_scale [N, nsb] float (nsb = 1 per channel, else ceil(K / 2^bs_log2));
@@ -99,7 +109,20 @@ __global__ void __launch_bounds__(kWarps * 32, kMinCtas)
     const int unit = warp + kWarps * s_ld;
     if (next < total && unit < units) {
       const int r0 = (int(blockIdx.x) + int(gridDim.x) * g_ld) * 16 * NT;
-      TcLoadUnit<NT, kBlock>(sl, w, w_scale, r0, unit, n, k, bs_log2, nsb, gr, tq);
+      const int kk = kTcUnitK * unit + 16 * tq;  // this lane's first k
+      const bool kin = kk < k;                   // K % 16 == 0: a piece is in or out; out only in the tail unit
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        // rows r0 + 16 j + gr (+ 8), clamped to N - 1 (never stored)
+        const int lo = min(r0 + 16 * j + gr, n - 1), hi = min(r0 + 16 * j + gr + 8, n - 1);
+        sl.lo[j] = kin ? LoadStream16(w + int64_t(lo) * k + kk) : make_uint4(0, 0, 0, 0);
+        sl.hi[j] = kin ? LoadStream16(w + int64_t(hi) * k + kk) : make_uint4(0, 0, 0, 0);
+        if constexpr (kBlock) {
+          const int blk = (kTcUnitK * unit) >> bs_log2;
+          sl.s_lo[j] = __ldg(w_scale + int64_t(lo) * nsb + blk);
+          sl.s_hi[j] = __ldg(w_scale + int64_t(hi) * nsb + blk);
+        }
+      }
     }
     ++next;
     if (++s_ld == per_tile) s_ld = 0, ++g_ld;
@@ -117,8 +140,32 @@ __global__ void __launch_bounds__(kWarps * 32, kMinCtas)
   constexpr int kTok = 8 * MT8;
   __shared__ float red_max[kTok][kWarps];
   __shared__ float inv_s[kTok], row_s[kTok];
-  TcQuantizeX<T, kTok, kWarps>(x, static_scale, x_scale, m0, tokens, k, units, xs, xs_stride, lane, warp, red_max,
-                               inv_s, row_s);
+  const int vecs = k / 8;  // 16-byte vectors of X per row
+  if (static_scale) {
+    if (threadIdx.x < kTok) inv_s[threadIdx.x] = 1.0f / x_scale, row_s[threadIdx.x] = x_scale;
+  } else {
+    CtaDynamicRowScales<T, kTok, kWarps, false>(x, m0, tokens, k, lane, warp, red_max, inv_s, row_s);
+  }
+  __syncthreads();
+  // Quantize: xs[t][kk] = e4m3(x * inv) as fp16, zeros from K to the last unit's end.
+  {
+    const int pad_vecs = units * (kTcUnitK / 8);
+    for (int idx = threadIdx.x; idx < tokens * pad_vecs; idx += kWarps * 32) {
+      const int t = idx / pad_vecs, v = idx - t * pad_vecs;
+      uint4 o = make_uint4(0, 0, 0, 0);
+      if (v < vecs) {
+        float f[8];
+        ToFloats(LoadCached16(x + int64_t(m0 + t) * k + 8 * v), f, static_cast<const T*>(nullptr));
+        const float inv = inv_s[t];
+        o.x = Fp8x2ToHalf2(Quant2(f[0], f[1], inv));
+        o.y = Fp8x2ToHalf2(Quant2(f[2], f[3], inv));
+        o.z = Fp8x2ToHalf2(Quant2(f[4], f[5], inv));
+        o.w = Fp8x2ToHalf2(Quant2(f[6], f[7], inv));
+      }
+      *reinterpret_cast<uint4*>(xs + t * xs_stride + 8 * v) = o;
+    }
+  }
+  __syncthreads();
 
   // This lane's B rows: token m0 + 8 i + gr (clamped to the CTA's last token), k = 16 tq + 64 unit.
   const __half* xl[MT8];
@@ -151,8 +198,38 @@ __global__ void __launch_bounds__(kWarps * 32, kMinCtas)
         xv[i][0] = *reinterpret_cast<const uint4*>(xl[i] + kTcUnitK * unit);
         xv[i][1] = *reinterpret_cast<const uint4*>(xl[i] + kTcUnitK * unit + 8);
       }
+      // The unit's four MMAs into s[MT8][4] (acc, or the unit's partial sums with block scales).
+      auto mma_tile = [&](int j, float (&s)[MT8][4]) {
 #pragma unroll
-      for (int j = 0; j < NT; ++j) TcAccumulateTile<MT8, NT, kBlock>(sl, j, xv, acc[j]);
+        for (int q = 0; q < 4; ++q) {
+          const uint32_t lo = Word(sl.lo[j], q), hi = Word(sl.hi[j], q);
+          const uint32_t a0 = Fp8x2ToHalf2(lo & 0xFFFFu), a2 = Fp8x2ToHalf2(lo >> 16);
+          const uint32_t a1 = Fp8x2ToHalf2(hi & 0xFFFFu), a3 = Fp8x2ToHalf2(hi >> 16);
+#pragma unroll
+          for (int i = 0; i < MT8; ++i) {
+            const uint4& xb = xv[i][q >> 1];
+            Mma16816<__half>(s[i], a0, a1, a2, a3, (q & 1) ? xb.z : xb.x, (q & 1) ? xb.w : xb.y);
+          }
+        }
+      };
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        if constexpr (kBlock) {
+          float part[MT8][4];
+#pragma unroll
+          for (int i = 0; i < MT8; ++i) part[i][0] = part[i][1] = part[i][2] = part[i][3] = 0.0f;
+          mma_tile(j, part);
+#pragma unroll
+          for (int i = 0; i < MT8; ++i) {
+            acc[j][i][0] = fmaf(part[i][0], sl.s_lo[j], acc[j][i][0]);
+            acc[j][i][1] = fmaf(part[i][1], sl.s_lo[j], acc[j][i][1]);
+            acc[j][i][2] = fmaf(part[i][2], sl.s_hi[j], acc[j][i][2]);
+            acc[j][i][3] = fmaf(part[i][3], sl.s_hi[j], acc[j][i][3]);
+          }
+        } else {
+          mma_tile(j, acc[j]);
+        }
+      }
     }
     load_next(sl);
     if (s_run + 1 < per_tile) {
@@ -177,7 +254,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinCtas)
       float v = 0.0f;
 #pragma unroll
       for (int ww = 0; ww < kWarps; ++ww) v += red[buf][ww][e][ln];
-      TcStoreOutput<T, kBlock>(v, row, m0 + tok, row_s[tok], w_scale, bias, y, n);
+      // As linear_fp8_ref_kernel: (sum * w_scale) * s_x + bias.
+      if (!kBlock) v *= w_scale[row];
+      v *= row_s[tok];
+      if (bias) v += LoadF(bias, row);
+      y[int64_t(m0 + tok) * n + row] = StoreT<T>(v);
     }
     if constexpr (kRedBufs == 1) __syncthreads();  // the next group's writes wait for these reads
     s_run = 0, ++g_run;
@@ -189,6 +270,12 @@ __global__ void __launch_bounds__(kWarps * 32, kMinCtas)
       if (i + d < total) run_unit(slot[d]);
     }
   }
+}
+
+int TcXsStride(int64_t k) { return static_cast<int>((k + kTcUnitK - 1) / kTcUnitK * kTcUnitK + kTcSkewHalves); }
+size_t TcSmemBytes(int64_t m, int64_t k) {
+  const int64_t rows = std::min<int64_t>(m, m <= 8 ? 8 : 16);
+  return static_cast<size_t>(rows) * TcXsStride(k) * sizeof(__half);
 }
 
 // grid.x: the row-tile groups spread evenly over the CTAs that fit at once (occupancy at this

@@ -401,11 +401,8 @@ int Fp8MmaNt(const LinearFp8Problem& p, const Fp8Options& opt) {
   return p.k >= 8192 && (p.n >= 1024 || p.m > 32) && CurrentDeviceIsSm90() ? 4 : 1;
 }
 
-// "auto" or "auto" without the tc GEMV ("notc", and "tcw".. where that kernel does not serve): the
-// same rules otherwise.
-bool Fp8AutoLike(const Fp8Options& opt) {
-  return opt.gemv == 0 || opt.gemv == kFp8GemvNoTc || Fp8GemvTcwSplit(opt.gemv) >= 0;
-}
+// "auto" or "auto" without the tc GEMV ("notc"): the same rules otherwise.
+bool Fp8AutoLike(const Fp8Options& opt) { return opt.gemv == 0 || opt.gemv == kFp8GemvNoTc; }
 
 // Where "auto" runs the tc GEMV (linear_fp8_gemv.h): kFp8GemvTcDefaultMinM <= M <= kFp8GemvTcDefaultMaxM
 // on sm_90, below the Hopper GEMM and where the staged kernel does not serve the call (checked by
@@ -635,12 +632,6 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
     if (!force_ref && tc && !sm90 && Fp8GemvTcFits(p, sizeof(T))) {
       const int config = opt.gemv == kFp8GemvTc ? -1 : opt.gemv - kFp8GemvTc;
       const cudaError_t e = LaunchFp8GemvTc<T>(p, config, opt.tc_max_ctas, pdl, stream);
-      return e != cudaSuccess ? e : cudaGetLastError();
-    }
-    // The tensor-core GEMV with warps owning their row tiles where pinned (PYQUANT_FP8_GEMV=tcw..).
-    const int tcw_split = Fp8GemvTcwSplit(opt.gemv);
-    if (!force_ref && tcw_split >= 0 && !sm90 && Fp8GemvTcwFits(p, sizeof(T))) {
-      const cudaError_t e = LaunchFp8GemvTcw<T>(p, tcw_split, opt.tcw_depth, opt.tc_max_ctas, pdl, stream);
       return e != cudaSuccess ? e : cudaGetLastError();
     }
     // Decode: quantization fused into the GEMV (no xq round trip, one launch), unless the Hopper

@@ -24,14 +24,12 @@ Fp8Options CudaFp8Options() {
   if (const char* v = EnvValue("PYQUANT_FP8_SM90_MIN_M")) {
     o.sm90_min_m = o.sm90_min_m_small = o.sm90_min_m_narrow = std::strtoll(v, nullptr, 10);
   }
-  o.gemv = EnvChoice(
-      "PYQUANT_FP8_GEMV",
-      {"auto", "mma", "swap", "fused", "fused1", "fused2", "fused3", "fused4", "mmasplit", "staged", "nostaged", "tc",
-       "tc1",  "tc2", "tc3",  "tc4",   "tc5",    "notc",   "tcw",    "tcw1",   "tcw2",     "tcw4",   "tcw8"},
-      0);
+  o.gemv = EnvChoice("PYQUANT_FP8_GEMV",
+                     {"auto", "mma", "swap", "fused", "fused1", "fused2", "fused3", "fused4", "mmasplit", "staged",
+                      "nostaged", "tc", "tc1", "tc2", "tc3", "tc4", "tc5", "notc"},
+                     0);
   o.k_split_fill = std::max(1, std::min(8, EnvInt("PYQUANT_FP8_KSPLIT_FILL", 1)));
   o.tc_max_ctas = std::max(0, EnvInt("PYQUANT_FP8_TC_CTAS", 0));
-  o.tcw_depth = EnvInt("PYQUANT_FP8_TCW_DEPTH", 0);
   const int mma_nt = EnvInt("PYQUANT_FP8_MMA_NT", 0);  // "auto" (not a number) -> 0
   o.mma_nt = mma_nt == 1 || mma_nt == 2 || mma_nt == 4 ? mma_nt : 0;
   o.staged_split = CudaStagedSplitLimits();

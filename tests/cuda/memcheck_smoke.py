@@ -226,21 +226,6 @@ def main() -> int:
                 }
             ):
                 n_checked += check_fp8(dtype, 1008, 200, 128, (1, 9))
-            # warps owning their row tiles (linear_fp8_gemv_tcw_impl.cu), each split; several tiles
-            # per warp (the grid capped at 2 CTAs)
-            for gemv in ("tcw", "tcw1", "tcw2", "tcw4", "tcw8"):
-                with knobs({"PYQUANT_FP8_GEMV": gemv, "PYQUANT_FP8_SM90_MIN_M": str(1 << 40)}):
-                    n_checked += check_fp8(dtype, 1008, 37, 0, (1, 3, 8))
-                    n_checked += check_fp8(dtype, 4096, 200, 128, (1, 2))
-                    n_checked += check_fp8(dtype, 240, 20, 64, (2,))
-            with knobs(
-                {
-                    "PYQUANT_FP8_GEMV": "tcw2",
-                    "PYQUANT_FP8_SM90_MIN_M": str(1 << 40),
-                    "PYQUANT_FP8_TC_CTAS": "2",
-                }
-            ):
-                n_checked += check_fp8(dtype, 1008, 200, 128, (1, 8))
         # weight-only FP8 (linear_fp8_weight_only_impl.cu): the GEMV at M <= 2, the mma kernel's three
         # shapes (M <= 8, <= 16, above), per-block scales, K tails of a chunk, the reference kernel
         if "fp8wo" in only:

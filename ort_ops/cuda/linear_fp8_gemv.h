@@ -27,7 +27,11 @@ constexpr int64_t kFp8GemvAutoMaxM = 2;
 // (21.6 / 21.7): bench/results/2026-11-24-h100-s16-fp8ahead-bench-cuda.md. Session 27, code: git show
 // f2eb272: rolling L2 prefetches 2 / 4 strides ahead, no registers: within +-6 % of variant 0, not
 // one-sided (…-s27-l2-*-bench-cuda.md).)
-constexpr int kFp8GemvFusedVariants = 5;
+// 5: (4, 128) and 6: (8, 128) with the weights through a cp.async ring in shared memory (3 / 2
+// stages: 24 / 32 KB) instead of registers (linear_fp8_gemv_impl.cu, kRing: why). Session 46,
+// written after its device time: measured only by bench/device/fp8_gemv_micro.sh, if at all
+// (bench/results/2026-11-29-*-fp8micro.log).
+constexpr int kFp8GemvFusedVariants = 7;
 // The variant PYQUANT_FP8_GEMV=auto runs at M (<= kFp8GemvAutoMaxM).
 constexpr int Fp8GemvAutoVariant(int64_t m) { return m == 2 ? 2 : 0; }
 

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Device side: build bench/device/fp8_gemv_micro.cu with the fused GEMV's source alone (no ORT
+# session, no library build; needs the ORT headers in .deps/onnxruntime) and time the register
+# variants (0 / 2) against the cp.async-ring ones (5 / 6) on the benchmark's layers at M = 1-4.
+# Writes $OUT/<date>-<tag>-fp8micro.log. Usage: bash bench/device/fp8_gemv_micro.sh <tag>
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+tag="${1:-gpu}"
+log="$OUT/$(date -u +%F)-${tag}-fp8micro.log"
+bin=/tmp/fp8_gemv_micro
+{
+  echo "# $(date -u +%FT%TZ) commit ${PYQUANT_COMMIT:-unknown}; bash bench/device/fp8_gemv_micro.sh $tag"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  t0=$(date +%s)
+  nvcc -std=c++17 -O3 --expt-relaxed-constexpr -arch=sm_90a -I ort_ops -I .deps/onnxruntime/include -o $bin \
+    bench/device/fp8_gemv_micro.cu ort_ops/cuda/linear_fp8_gemv_impl.cu || exit 1
+  echo "# build: $(( $(date +%s) - t0 )) s"
+  for kn in "4096 14336" "14336 4096" "8192 8192" "4096 4096" "2048 8192"; do
+    $bin $kn 1 0,5 8 200 7
+    $bin $kn 2 2,6,0,5 8 200 7
+    $bin $kn 4 0,5 8 200 7
+  done
+} > "$log" 2>&1
+cat "$log"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Device side: build bench/device/fp8_gemv_micro.cu with the fused GEMV's source alone (no ORT
-# session, no library build; needs the ORT headers in .deps/onnxruntime) and time the register
-# variants (0 / 2) against the cp.async-ring ones (5 / 6) on the benchmark's layers at M = 1-4.
+# session, no library build: 64 s on the H200 machine; needs the ORT headers in .deps/onnxruntime)
+# and time its variants (linear_fp8_gemv.h) on the benchmark's layers at M = 1-4. Session 46 timed
+# variants 5 / 6 (a cp.async ring, git show ada8711; removed) this way.
 # Writes $OUT/<date>-<tag>-fp8micro.log. Usage: bash bench/device/fp8_gemv_micro.sh <tag>
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,9 +17,9 @@ bin=/tmp/fp8_gemv_micro
     bench/device/fp8_gemv_micro.cu ort_ops/cuda/linear_fp8_gemv_impl.cu || exit 1
   echo "# build: $(( $(date +%s) - t0 )) s"
   for kn in "4096 14336" "14336 4096" "8192 8192" "4096 4096" "2048 8192"; do
-    $bin $kn 1 0,5 8 200 7
-    $bin $kn 2 2,6,0,5 8 200 7
-    $bin $kn 4 0,5 8 200 7
+    $bin $kn 1 ${M1_VARIANTS:-0,4} 8 200 7
+    $bin $kn 2 ${M2_VARIANTS:-2,0} 8 200 7
+    $bin $kn 4 ${M4_VARIANTS:-0,3} 8 200 7
   done
 } > "$log" 2>&1
 cat "$log"

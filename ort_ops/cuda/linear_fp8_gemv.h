@@ -26,12 +26,15 @@ constexpr int64_t kFp8GemvAutoMaxM = 2;
 // 14336 x 4096 M = 1 26.5 against 23.5 us, 4096^2 8.5 against 7.7; even on 4096 x 14336
 // (21.6 / 21.7): bench/results/2026-11-24-h100-s16-fp8ahead-bench-cuda.md. Session 27, code: git show
 // f2eb272: rolling L2 prefetches 2 / 4 strides ahead, no registers: within +-6 % of variant 0, not
-// one-sided (…-s27-l2-*-bench-cuda.md).)
-// 5: (4, 128) and 6: (8, 128) with the weights through a cp.async ring in shared memory (3 / 2
-// stages: 24 / 32 KB) instead of registers (linear_fp8_gemv_impl.cu, kRing: why). Session 46,
-// written after its device time: measured only by bench/device/fp8_gemv_micro.sh, if at all
-// (bench/results/2026-11-29-*-fp8micro.log).
-constexpr int kFp8GemvFusedVariants = 7;
+// one-sided (…-s27-l2-*-bench-cuda.md). Session 46, code: git show ada8711: in this kernel's SASS
+// (sm_90a, nvcc 13.0) ptxas issues the next piece's loads after the current piece's arithmetic,
+// right before the "cur = nxt" moves that wait for them (a two-buffer ping-pong gets the same
+// schedule), so a warp waits one DRAM round trip per piece and only the other warps hide it.
+// Variants with the weights through a cp.async ring in shared memory (issued where written, kRing
+// - 1 pieces ahead) were no faster at M = 1 (4096 x 14336 17.37 against 17.27 us, 14336 x 4096
+// 20.17 against 18.20) and mixed at M = 2 (4096 x 14336 19.30 against 21.22, 14336 x 4096 27.68
+// against 19.29): bench/results/2026-11-29-h200-s46-fp8micro.log, bench/device/fp8_gemv_micro.sh.)
+constexpr int kFp8GemvFusedVariants = 5;
 // The variant PYQUANT_FP8_GEMV=auto runs at M (<= kFp8GemvAutoMaxM).
 constexpr int Fp8GemvAutoVariant(int64_t m) { return m == 2 ? 2 : 0; }
 

@@ -31,18 +31,6 @@ using namespace fp8_detail;
 
 namespace {
 
-// cp.async with "memory" clobbers, so that the compiler keeps a stage's shared-memory reads after
-// the wait for its group and before the copies that refill it.
-__device__ __forceinline__ void RingCopy16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void RingCommit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void RingWait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
 // 16 e4m3 bytes -> 16 floats (exact).
 __device__ __forceinline__ void Fp8x16ToFloats(const uint4& v, float (&f)[16]) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
@@ -96,15 +84,7 @@ __device__ __forceinline__ void LoadX16(const uint4& a, const uint4& b, float (&
 //   last piece: fewer registers, but at K = 4096 every warp ends on an L2 round trip).
 //   kWeightOnly (weight_only = 1, linear_fp8_weight_only.h): X is not quantized (no amax pass,
 //   row scale 1); products of T and e4m3 values are exact in fp32 as well.
-//   kRing > 0 (variants 5, 6): the weights go through a kRing-stage cp.async ring in shared memory
-//   (thread t's 16 bytes of row r in stage s at ring[s][r][t]), kRing - 1 pieces ahead, instead
-//   of the register pair cur / nxt. Why: in the register version's SASS (sm_90a, nvcc 13.0) ptxas
-//   places the nxt loads after the piece's arithmetic, right before the "cur = nxt" moves that
-//   wait for them, so that each piece costs a DRAM round trip in every warp (a two-buffer
-//   ping-pong gets the same schedule); cp.async copies stay where they are written, and their
-//   groups complete in order (session 46; FP8's tcw GEMV went from 46.9 to 20.6 us that way).
-template <typename T, int kM, int kR, int kThreads, bool kBlockScale, bool kExact, bool kWeightOnly = false,
-          int kRing = 0>
+template <typename T, int kM, int kR, int kThreads, bool kBlockScale, bool kExact, bool kWeightOnly = false>
 __global__ void __launch_bounds__(kThreads)
     fp8_gemv_fused_kernel(const T* __restrict__ x, int static_scale, float x_scale, const uint8_t* __restrict__ w,
                           const float* __restrict__ w_scale, const T* __restrict__ bias, T* __restrict__ y, int n,
@@ -123,20 +103,7 @@ __global__ void __launch_bounds__(kThreads)
   if (!weights_early) PdlWaitPrimary();
   uint4 cur[kR];
   int c = threadIdx.x;
-  constexpr int kStages = kRing > 0 ? kRing : 1;
-  __shared__ __align__(16) uint4 ring[kStages][kR][kRing > 0 ? kThreads : 1];
-  // The ring: piece cc's rows into stage st where cc < pieces; one commit group per call.
-  auto copy_piece = [&](int st, int cc) {
-    if (cc < pieces) {
-#pragma unroll
-      for (int r = 0; r < kR; ++r) RingCopy16(&ring[st][r][threadIdx.x], w + int64_t(rows[r]) * k + 16 * cc);
-    }
-    RingCommit();
-  };
-  if constexpr (kRing > 0) {
-#pragma unroll
-    for (int st = 0; st < kRing - 1; ++st) copy_piece(st, c + st * kThreads);
-  } else if (!kExact || c < pieces) {
+  if (!kExact || c < pieces) {
 #pragma unroll
     for (int r = 0; r < kR; ++r) cur[r] = LoadStream16(w + int64_t(rows[r]) * k + 16 * min(c, pieces - 1));
   }
@@ -163,22 +130,12 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int r = 0; r < kR; ++r) acc[m][r] = 0.0f;
 
-  int st_use = 0;  // the ring stage of piece c (kRing > 0)
   for (; c < pieces; c += kThreads) {
     uint4 nxt[kR];
-    if constexpr (kRing > 0) {
-      // refill the stage read last step, kRing - 1 pieces ahead; then piece c's group has landed
-      copy_piece(st_use == 0 ? kRing - 1 : st_use - 1, c + (kRing - 1) * kThreads);
-      RingWait<kRing - 1>();
+    const int cn = kExact ? c + kThreads : min(c + kThreads, pieces - 1);
+    if (!kExact || cn < pieces) {
 #pragma unroll
-      for (int r = 0; r < kR; ++r) cur[r] = ring[st_use][r][threadIdx.x];
-      st_use = st_use + 1 == kRing ? 0 : st_use + 1;
-    } else {
-      const int cn = kExact ? c + kThreads : min(c + kThreads, pieces - 1);
-      if (!kExact || cn < pieces) {
-#pragma unroll
-        for (int r = 0; r < kR; ++r) nxt[r] = LoadStream16(w + int64_t(rows[r]) * k + 16 * cn);
-      }
+      for (int r = 0; r < kR; ++r) nxt[r] = LoadStream16(w + int64_t(rows[r]) * k + 16 * cn);
     }
     float xq[kM][16];
 #pragma unroll
@@ -203,12 +160,9 @@ __global__ void __launch_bounds__(kThreads)
         acc[m][r] = kBlockScale ? fmaf(part, bscale, acc[m][r]) : acc[m][r] + part;
       }
     }
-    if constexpr (kRing == 0) {
 #pragma unroll
-      for (int r = 0; r < kR; ++r) cur[r] = nxt[r];
-    }
+    for (int r = 0; r < kR; ++r) cur[r] = nxt[r];
   }
-  if constexpr (kRing > 0) RingWait<0>();  // no copy outlives the CTA (ones past K were never issued)
 
   __shared__ float red[kWarps][kM * kR];
   float v = CtaSum<kThreads, kM * kR>(&acc[0][0], red);
@@ -226,7 +180,7 @@ __global__ void __launch_bounds__(kThreads)
 
 namespace {
 
-template <typename T, int kR, int kThreads, bool kBlock, bool kExact, bool kWeightOnly = false, int kRing = 0>
+template <typename T, int kR, int kThreads, bool kBlock, bool kExact, bool kWeightOnly = false>
 void LaunchFused(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.n + kR - 1) / kR));
   const T* x = static_cast<const T*>(p.x);
@@ -234,21 +188,21 @@ void LaunchFused(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cudaStream
   T* y = static_cast<T*>(p.y);
   const int st = p.static_scale ? 1 : 0, n = static_cast<int>(p.n), k = static_cast<int>(p.k);
   const int nsb = static_cast<int>(p.n_scale_blocks);
-  auto kernel = fp8_gemv_fused_kernel<T, 4, kR, kThreads, kBlock, kExact, kWeightOnly, kRing>;
-  if (p.m == 1) kernel = fp8_gemv_fused_kernel<T, 1, kR, kThreads, kBlock, kExact, kWeightOnly, kRing>;
-  if (p.m == 2) kernel = fp8_gemv_fused_kernel<T, 2, kR, kThreads, kBlock, kExact, kWeightOnly, kRing>;
-  if (p.m == 3) kernel = fp8_gemv_fused_kernel<T, 3, kR, kThreads, kBlock, kExact, kWeightOnly, kRing>;
+  auto kernel = fp8_gemv_fused_kernel<T, 4, kR, kThreads, kBlock, kExact, kWeightOnly>;
+  if (p.m == 1) kernel = fp8_gemv_fused_kernel<T, 1, kR, kThreads, kBlock, kExact, kWeightOnly>;
+  if (p.m == 2) kernel = fp8_gemv_fused_kernel<T, 2, kR, kThreads, kBlock, kExact, kWeightOnly>;
+  if (p.m == 3) kernel = fp8_gemv_fused_kernel<T, 3, kR, kThreads, kBlock, kExact, kWeightOnly>;
   // Launch errors are left for the caller's cudaGetLastError().
   (void)LaunchWithPdl(kernel, grid, dim3(kThreads), stream, pdl.launch, x, st, p.x_scale, p.w, p.w_scale, bias, y, n, k,
                       bs_log2, nsb, pdl.weights_early);
 }
 
-template <typename T, int kR, int kThreads, bool kExact = false, bool kWeightOnly = false, int kRing = 0>
+template <typename T, int kR, int kThreads, bool kExact = false, bool kWeightOnly = false>
 void LaunchFusedScales(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cudaStream_t stream) {
   if (p.block_size != 0) {
-    LaunchFused<T, kR, kThreads, true, kExact, kWeightOnly, kRing>(p, bs_log2, pdl, stream);
+    LaunchFused<T, kR, kThreads, true, kExact, kWeightOnly>(p, bs_log2, pdl, stream);
   } else {
-    LaunchFused<T, kR, kThreads, false, kExact, kWeightOnly, kRing>(p, bs_log2, pdl, stream);
+    LaunchFused<T, kR, kThreads, false, kExact, kWeightOnly>(p, bs_log2, pdl, stream);
   }
 }
 
@@ -268,8 +222,6 @@ cudaError_t LaunchFp8GemvFused(const LinearFp8Problem& p, int variant, PdlMode p
     case 2: LaunchFusedScales<T, 8, 128>(p, bs_log2, pdl, stream); break;
     case 3: LaunchFusedScales<T, 4, 256>(p, bs_log2, pdl, stream); break;
     case 4: LaunchFusedScales<T, 4, 128, true>(p, bs_log2, pdl, stream); break;
-    case 5: LaunchFusedScales<T, 4, 128, true, false, 3>(p, bs_log2, pdl, stream); break;
-    case 6: LaunchFusedScales<T, 8, 128, true, false, 2>(p, bs_log2, pdl, stream); break;
     default: LaunchFusedScales<T, 4, 128>(p, bs_log2, pdl, stream);
   }
   return cudaGetLastError();

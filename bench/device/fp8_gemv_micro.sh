@@ -21,5 +21,9 @@ bin=/tmp/fp8_gemv_micro
     $bin $kn 2 ${M2_VARIANTS:-2,0} 8 200 7
     $bin $kn 4 ${M4_VARIANTS:-0,3} 8 200 7
   done
+  # the fixed cost per layer at M = 1: K = 4096, N from 1024 to 28672 (time = a + bytes / b)
+  if [ "${SWEEP:-0}" = 1 ]; then
+    for n in 1024 2048 4096 8192 14336 28672; do $bin 4096 $n 1 0 8 200 7; done
+  fi
 } > "$log" 2>&1
 cat "$log"

@@ -33,7 +33,7 @@ constexpr int64_t kFp8GemvAutoMaxM = 2;
 // Variants with the weights through a cp.async ring in shared memory (issued where written, kRing
 // - 1 pieces ahead) were no faster at M = 1 (4096 x 14336 17.37 against 17.27 us, 14336 x 4096
 // 20.17 against 18.20) and mixed at M = 2 (4096 x 14336 19.30 against 21.22, 14336 x 4096 27.68
-// against 19.29): bench/results/2026-11-29-h200-s46-fp8micro.log, bench/device/fp8_gemv_micro.sh.)
+// against 19.29): bench/results/2026-11-29-h200-s46-fp8micro.log, bench/device/gemv_micro.sh.)
 constexpr int kFp8GemvFusedVariants = 5;
 // The variant PYQUANT_FP8_GEMV=auto runs at M (<= kFp8GemvAutoMaxM).
 constexpr int Fp8GemvAutoVariant(int64_t m) { return m == 2 ? 2 : 0; }

@@ -1,12 +1,13 @@
-// Device-side micro-benchmark of LinearFp8's fused decode GEMV variants without ORT: a chain of L
-// layers (distinct weights, one X, one Y each) captured in a CUDA graph with programmatic dependent
-// launch and early weight loads, as the op runs them in ORT's CUDA graphs. Times the variants in
-// interleaved rounds and prints us per layer and the share of the HBM floor (weight + X + Y bytes
-// over a device-to-device copy's bandwidth measured in the same run).
+// Device-side micro-benchmark of the decode kernels without ORT: LinearFp8's fused GEMV variants
+// (LaunchFp8GemvFused) or MatMulInt4's shuffled-layout kernels (LaunchMatMulInt4Shuffled, block 128,
+// symmetric; variant -1 = the default dispatch, else an Int4ShufKnobs variant). A chain of L layers
+// (distinct weights, one X, one Y each) is captured in a CUDA graph with programmatic dependent
+// launch and early weight loads, as the ops run in ORT's CUDA graphs; the variants are timed in
+// interleaved rounds; it prints us per layer and the share of the HBM floor (weight + scale + X +
+// Y bytes over a device-to-device copy's bandwidth measured in the same run).
 //
-// Build and run on the device (needs only nvcc and the ORT headers):
-//   bash bench/device/fp8_gemv_micro.sh
-// Use: fp8_gemv_micro K N M variant[,variant...] [layers] [replays] [rounds]
+// Build and run on the device (needs only nvcc and the ORT headers): bash bench/device/gemv_micro.sh
+// Use: gemv_micro fp8|int4 K N M variant[,variant...] [layers] [replays] [rounds]
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "cuda/linear_fp8_gemv.h"
+#include "cuda/matmul_int4.h"
 
 #define CHECK(x)                                                                              \
   do {                                                                                        \
@@ -74,11 +76,15 @@ float CopyBandwidth(cudaStream_t s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 5) {
-    std::fprintf(stderr, "use: %s K N M variant[,variant...] [layers] [replays] [rounds]\n", argv[0]);
+  if (argc < 6 || (std::string(argv[1]) != "fp8" && std::string(argv[1]) != "int4")) {
+    std::fprintf(stderr, "use: %s fp8|int4 K N M variant[,variant...] [layers] [replays] [rounds]\n", argv[0]);
     return 2;
   }
+  const bool int4 = std::string(argv[1]) == "int4";
+  ++argv, --argc;  // the rest as before the op argument
   const int64_t k = std::atoll(argv[1]), n = std::atoll(argv[2]), m = std::atoll(argv[3]);
+  constexpr int64_t kBlock = 128;  // INT4
+  const int64_t nb = (k + kBlock - 1) / kBlock;
   std::vector<int> variants;
   for (std::string v = argv[4]; !v.empty();) {
     const size_t c = v.find(',');
@@ -92,15 +98,33 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const float bw = CopyBandwidth(s);
+  // FP8: w [L][N, K] e4m3, ws [N] float. INT4: w [L] shuffled codes of [N, K / 2], scales [N, nb] fp16.
+  const size_t w_bytes = int4 ? pyquant::Int4ShuffledWeightBytes(n, k) : size_t(n) * k;
+  if (w_bytes == 0) {
+    std::fprintf(stderr, "the shuffled INT4 layout does not take N = %lld, K = %lld\n", (long long)n, (long long)k);
+    return 2;
+  }
   uint8_t* w = nullptr;
   float* ws = nullptr;
-  __half *x = nullptr, *y = nullptr;
-  CHECK(cudaMalloc(&w, size_t(layers) * n * k));
+  __half *x = nullptr, *y = nullptr, *scales = nullptr;
+  CHECK(cudaMalloc(&w, size_t(layers) * w_bytes));
   CHECK(cudaMalloc(&ws, size_t(n) * sizeof(float)));
+  CHECK(cudaMalloc(&scales, size_t(n) * nb * sizeof(__half)));
   CHECK(cudaMalloc(&x, size_t(m) * k * sizeof(__half)));
   CHECK(cudaMalloc(&y, size_t(layers) * m * n * sizeof(__half)));
-  FillBytes<<<1024, 256, 0, s>>>(w, size_t(layers) * n * k, 12345u);
+  FillBytes<<<1024, 256, 0, s>>>(w, size_t(layers) * w_bytes, 12345u);
   FillFloat<<<64, 256, 0, s>>>(ws, n, 1e-3f);
+  FillHalf<<<64, 256, 0, s>>>(scales, size_t(n) * nb, 0.01f);
+  if (int4) {  // row-major random codes -> the shuffled layout, layer by layer
+    uint8_t* rm = nullptr;
+    CHECK(cudaMalloc(&rm, size_t(n) * k / 2));
+    for (int l = 0; l < layers; ++l) {
+      FillBytes<<<1024, 256, 0, s>>>(rm, size_t(n) * k / 2, 777u + l);
+      CHECK(pyquant::ShuffleInt4Weights(rm, k / 2, n, k, w + size_t(l) * w_bytes, s));
+    }
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaFree(rm));
+  }
   FillHalf<<<64, 256, 0, s>>>(x, size_t(m) * k, 2.0f);
   CHECK(cudaStreamSynchronize(s));
 
@@ -109,12 +133,22 @@ int main(int argc, char** argv) {
   for (int v : variants) {
     cudaGraph_t g;
     CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    pyquant::PdlMode pdl;
+    pdl.launch = true, pdl.weights_early = true;
     for (int l = 0; l < layers; ++l) {
-      pyquant::LinearFp8Problem p;
-      p.m = m, p.k = k, p.n = n, p.x = x, p.w = w + size_t(l) * n * k, p.w_scale = ws, p.y = y + size_t(l) * m * n;
-      pyquant::PdlMode pdl;
-      pdl.launch = true, pdl.weights_early = true;
-      CHECK(pyquant::LaunchFp8GemvFused<__half>(p, v, pdl, s));
+      if (int4) {
+        pyquant::MatMulInt4Problem p;
+        p.m = m, p.attrs.k = k, p.attrs.n = n, p.attrs.block_size = kBlock;
+        p.x = x, p.b = w + size_t(l) * w_bytes, p.scales = scales, p.y = y + size_t(l) * m * n;
+        pyquant::Int4ShufKnobs knobs;
+        knobs.variant = v;
+        CHECK(pyquant::LaunchMatMulInt4Shuffled<__half>(p, s, pdl, knobs));
+      } else {
+        pyquant::LinearFp8Problem p;
+        p.m = m, p.k = k, p.n = n, p.x = x, p.w = w + size_t(l) * w_bytes, p.w_scale = ws;
+        p.y = y + size_t(l) * m * n;
+        CHECK(pyquant::LaunchFp8GemvFused<__half>(p, v, pdl, s));
+      }
     }
     CHECK(cudaStreamEndCapture(s, &g));
     cudaGraphExec_t ge;
@@ -152,10 +186,11 @@ int main(int argc, char** argv) {
       us[i].push_back(ms * 1e3f / float(replays * layers));
     }
   }
-  const double bytes = double(n) * k + 2.0 * m * k + 2.0 * m * n;
+  const double w_floor_bytes = int4 ? double(n) * k / 2 + 2.0 * n * nb : double(n) * k + 4.0 * n;
+  const double bytes = w_floor_bytes + 2.0 * m * k + 2.0 * m * n;
   const double floor_us = bytes / bw * 1e6;
-  std::printf("K=%lld N=%lld M=%lld layers=%d copy bandwidth %.2f TB/s floor %.2f us\n", (long long)k, (long long)n,
-              (long long)m, layers, bw / 1e12, floor_us);
+  std::printf("%s K=%lld N=%lld M=%lld layers=%d copy bandwidth %.2f TB/s floor %.2f us\n", int4 ? "int4 b128" : "fp8",
+              (long long)k, (long long)n, (long long)m, layers, bw / 1e12, floor_us);
   for (size_t i = 0; i < variants.size(); ++i) {
     std::sort(us[i].begin(), us[i].end());
     const float med = us[i][us[i].size() / 2];

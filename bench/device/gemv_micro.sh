@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Device side: build bench/device/gemv_micro.cu with the decode kernels' sources alone (no ORT
+# session, no library build; needs the ORT headers in .deps/onnxruntime) and time kernel variants
+# on the benchmark's layers at small M: LinearFp8's fused GEMV variants (linear_fp8_gemv.h) and
+# MatMulInt4's shuffled-layout dispatch (-1 = the default; matmul_int4.h's variant numbers).
+# Session 46 timed the FP8 variants 5 / 6 (a cp.async ring, git show ada8711; removed) this way:
+# 64 s to build the FP8 file alone on the H200 machine.
+# Writes $OUT/<date>-<tag>-gemvmicro.log. Usage: bash bench/device/gemv_micro.sh <tag>
+#   OPS="fp8 int4" (default both); FP8_M1 / FP8_M2 / FP8_M4: FP8 variant lists at M = 1 / 2 / 4;
+#   INT4_M1 / INT4_M2: INT4 variant lists; SWEEP=1: the FP8 GEMV at M = 1 over N = 1024-28672
+#   (K = 4096), for the per-layer fixed cost (time = a + bytes / b).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+tag="${1:-gpu}"
+log="$OUT/$(date -u +%F)-${tag}-gemvmicro.log"
+bin=/tmp/gemv_micro
+obj=/tmp/gemv_micro_obj
+mkdir -p $obj
+srcs="bench/device/gemv_micro.cu ort_ops/cuda/linear_fp8_gemv_impl.cu ort_ops/cuda/matmul_int4_shuffled_impl.cu
+  ort_ops/cuda/matmul_int4_shuffled_piece_impl.cu ort_ops/cuda/matmul_int4_shuffled_wide_impl.cu
+  ort_ops/cuda/matmul_int4_staged_impl.cu ort_ops/cuda/staged_split.cc"
+{
+  echo "# $(date -u +%FT%TZ) commit ${PYQUANT_COMMIT:-unknown}; bash bench/device/gemv_micro.sh $tag"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  t0=$(date +%s)
+  for f in $srcs; do
+    nvcc -std=c++17 -O3 --expt-relaxed-constexpr -arch=sm_90a -I ort_ops -I .deps/onnxruntime/include \
+      -x cu -c -o $obj/$(basename $f).o $f &
+  done
+  wait
+  nvcc -arch=sm_90a -o $bin $obj/*.o || exit 1
+  echo "# build: $(( $(date +%s) - t0 )) s"
+  for op in ${OPS:-fp8 int4}; do
+    for kn in "4096 14336" "14336 4096" "8192 8192" "4096 4096"; do
+      if [ $op = fp8 ]; then
+        $bin fp8 $kn 1 ${FP8_M1:-0,4} 8 200 7
+        $bin fp8 $kn 2 ${FP8_M2:-2,0} 8 200 7
+        $bin fp8 $kn 4 ${FP8_M4:-0,3} 8 200 7
+      else
+        $bin int4 $kn 1 ${INT4_M1:--1,11,15,22} 8 200 7
+        $bin int4 $kn 2 ${INT4_M2:--1,11} 8 200 7
+      fi
+    done
+  done
+  if [ "${SWEEP:-0}" = 1 ]; then
+    for n in 1024 2048 4096 8192 14336 28672; do $bin fp8 4096 $n 1 0 8 200 7; done
+  fi
+} > "$log" 2>&1
+cat "$log"

@@ -8,6 +8,7 @@
 //
 // Build and run on the device (needs only nvcc and the ORT headers): bash bench/device/gemv_micro.sh
 // Use: gemv_micro fp8|int4 K N M variant[,variant...] [layers] [replays] [rounds]
+// GEMV_MICRO_PDL=late: PDL without early weight loads; =off: no PDL (the kernel boundary's cost).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -128,13 +129,15 @@ int main(int argc, char** argv) {
   FillHalf<<<64, 256, 0, s>>>(x, size_t(m) * k, 2.0f);
   CHECK(cudaStreamSynchronize(s));
 
+  const char* pdl_env = std::getenv("GEMV_MICRO_PDL");
+  const std::string pdl_mode = pdl_env != nullptr ? pdl_env : "on";
   std::vector<cudaGraphExec_t> graphs;
   std::vector<std::vector<__half>> outs;
   for (int v : variants) {
     cudaGraph_t g;
     CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     pyquant::PdlMode pdl;
-    pdl.launch = true, pdl.weights_early = true;
+    pdl.launch = pdl_mode != "off", pdl.weights_early = pdl_mode == "on";
     for (int l = 0; l < layers; ++l) {
       if (int4) {
         pyquant::MatMulInt4Problem p;
@@ -189,8 +192,9 @@ int main(int argc, char** argv) {
   const double w_floor_bytes = int4 ? double(n) * k / 2 + 2.0 * n * nb : double(n) * k + 4.0 * n;
   const double bytes = w_floor_bytes + 2.0 * m * k + 2.0 * m * n;
   const double floor_us = bytes / bw * 1e6;
-  std::printf("%s K=%lld N=%lld M=%lld layers=%d copy bandwidth %.2f TB/s floor %.2f us\n", int4 ? "int4 b128" : "fp8",
-              (long long)k, (long long)n, (long long)m, layers, bw / 1e12, floor_us);
+  std::printf("%s (PDL %s) K=%lld N=%lld M=%lld layers=%d copy bandwidth %.2f TB/s floor %.2f us\n",
+              int4 ? "int4 b128" : "fp8", pdl_mode.c_str(), (long long)k, (long long)n, (long long)m, layers, bw / 1e12,
+              floor_us);
   for (size_t i = 0; i < variants.size(); ++i) {
     std::sort(us[i].begin(), us[i].end());
     const float med = us[i][us[i].size() / 2];

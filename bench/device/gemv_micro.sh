@@ -8,7 +8,8 @@
 # Writes $OUT/<date>-<tag>-gemvmicro.log. Usage: bash bench/device/gemv_micro.sh <tag>
 #   OPS="fp8 int4" (default both); FP8_M1 / FP8_M2 / FP8_M4: FP8 variant lists at M = 1 / 2 / 4;
 #   INT4_M1 / INT4_M2: INT4 variant lists; SWEEP=1: the FP8 GEMV at M = 1 over N = 1024-28672
-#   (K = 4096), for the per-layer fixed cost (time = a + bytes / b).
+#   (K = 4096), for the per-layer fixed cost (time = a + bytes / b), with PDL's early weight loads,
+#   PDL alone and no PDL (GEMV_MICRO_PDL, gemv_micro.cu).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 tag="${1:-gpu}"
@@ -42,8 +43,10 @@ srcs="bench/device/gemv_micro.cu ort_ops/cuda/linear_fp8_gemv_impl.cu ort_ops/cu
       fi
     done
   done
-  if [ "${SWEEP:-0}" = 1 ]; then
-    for n in 1024 2048 4096 8192 14336 28672; do $bin fp8 4096 $n 1 0 8 200 7; done
+  if [ "${SWEEP:-0}" = 1 ]; then  # and the same without PDL's overlap, or without its early loads
+    for pdl in on late off; do
+      for n in 1024 2048 4096 8192 14336 28672; do GEMV_MICRO_PDL=$pdl $bin fp8 4096 $n 1 0 8 200 7; done
+    done
   fi
 } > "$log" 2>&1
 cat "$log"

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "common/dtypes.h"
 #include "cpu/blocked_gemm.h"
@@ -35,6 +36,35 @@ inline float RoundHalfEven(float v) {
 
 }  // namespace
 
+namespace int8_isa {
+
+bool BlockAbsMaxBase(const float* x, int64_t len, float* amax) {
+  float m = 0.0f;
+  bool finite = true;
+  for (int64_t i = 0; i < len; ++i) {
+    const float a = std::fabs(x[i]);
+    finite = finite && a <= std::numeric_limits<float>::max();  // false for Inf and NaN
+    m = a > m ? a : m;
+  }
+  *amax = m;
+  return finite;
+}
+
+int32_t QuantizeBlockBase(const float* x, int64_t len, float inv, int8_t* even, int8_t* odd) {
+  int32_t sum = 0;
+  for (int64_t i = 0; i < len; ++i) {
+    // |x| * (127 / amax) rounds to <= 127, except when amax < 127 / FLT_MAX makes inv infinite:
+    // then the products are +-Inf (clamped to +-127) or NaN for x = 0 (taken as 0).
+    float q = RoundHalfEven(x[i] * inv);
+    q = q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : (q == q ? q : 0.0f));
+    (i % 2 ? odd : even)[i / 2] = static_cast<int8_t>(q);
+    sum += static_cast<int32_t>(q);
+  }
+  return sum;
+}
+
+}  // namespace int8_isa
+
 template <typename T>
 void QuantizeActivationsInt8(const T* x, int64_t m, int64_t k, int64_t block_size, Int8Activations* out) {
   const int64_t nb = Int4NumBlocks(k, block_size);
@@ -45,41 +75,34 @@ void QuantizeActivationsInt8(const T* x, int64_t m, int64_t k, int64_t block_siz
   out->codes.assign(static_cast<size_t>(2 * m * out->stride), 0);
   out->scales.resize(static_cast<size_t>(m * nb));
   out->sums.assign(static_cast<size_t>(m * nb), 0);
-  std::vector<float> xf(static_cast<size_t>(block_size));
+  // The block kernels of the CPU's ISA (the AVX2 ones on AVX2 and AVX-512 CPUs).
+  static const bool avx2 = CpuIsa() != CpuIsaLevel::kBase;
+  const auto abs_max = avx2 ? &int8_isa::BlockAbsMaxAvx2 : &int8_isa::BlockAbsMaxBase;
+  const auto quantize = avx2 ? &int8_isa::QuantizeBlockAvx2 : &int8_isa::QuantizeBlockBase;
+  std::vector<float> xf(std::is_same_v<T, float> ? 0 : static_cast<size_t>(block_size));
   for (int64_t mi = 0; mi < m; ++mi) {
     const T* xr = x + mi * k;
     int8_t* even = out->codes.data() + mi * out->stride;
     int8_t* odd = out->codes.data() + (m + mi) * out->stride;
     for (int64_t b = 0; b < nb; ++b) {
-      const int64_t k0 = b * block_size;
+      const int64_t k0 = b * block_size;  // even: blocks are powers of two >= 16
       const int64_t len = std::min(block_size, k - k0);
-      float amax = 0.0f;
-      bool finite = true;
-      for (int64_t i = 0; i < len; ++i) {
-        const float v = ToFloat(xr[k0 + i]);
-        xf[i] = v;
-        const float a = std::fabs(v);
-        finite = finite && a <= std::numeric_limits<float>::max();  // false for Inf and NaN
-        amax = a > amax ? a : amax;
+      const float* xb = nullptr;
+      if constexpr (std::is_same_v<T, float>) {
+        xb = xr + k0;
+      } else {
+        for (int64_t i = 0; i < len; ++i) xf[i] = ToFloat(xr[k0 + i]);
+        xb = xf.data();
       }
+      float amax = 0.0f;
+      const bool finite = abs_max(xb, len, &amax);
       float& s_x = out->scales[mi * nb + b];
       if (!finite || amax == 0.0f) {  // codes stay 0
         s_x = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
         continue;
       }
-      const float inv = 127.0f / amax;
       s_x = amax / 127.0f;
-      int32_t sum = 0;
-      for (int64_t i = 0; i < len; ++i) {
-        // |x| * (127 / amax) rounds to <= 127, except when amax < 127 / FLT_MAX makes inv infinite:
-        // then the products are +-Inf (clamped to +-127) or NaN for x = 0 (taken as 0).
-        float q = RoundHalfEven(xf[i] * inv);
-        q = q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : (q == q ? q : 0.0f));
-        const int64_t kk = k0 + i;
-        (kk % 2 ? odd : even)[kk / 2] = static_cast<int8_t>(q);
-        sum += static_cast<int32_t>(q);
-      }
-      out->sums[mi * nb + b] = sum;
+      out->sums[mi * nb + b] = quantize(xb, len, 127.0f / amax, even + k0 / 2, odd + k0 / 2);
     }
   }
   const int64_t chunks = out->stride / 32;

@@ -67,6 +67,16 @@ struct Int4Int8Params {
 void Int4Int8Rows(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int64_t ldy);
 
 namespace int8_isa {
+// One block of X for QuantizeActivationsInt8: BlockAbsMax* sets *amax = max |x[i]| over i < len and
+// returns false when some x[i] is not finite; QuantizeBlock* (a finite block with amax > 0) writes
+// code(i) = clamp(round_half_even(x[i] * inv), +-127) (NaN -> 0, for an infinite inv) to even[i / 2]
+// (i even) / odd[i / 2] (i odd) and returns their sum. The AVX2 versions (int8_activations_avx2.cc,
+// on AVX2 CPUs) are bit-identical to the portable ones (int8_activations.cc).
+bool BlockAbsMaxBase(const float* x, int64_t len, float* amax);
+int32_t QuantizeBlockBase(const float* x, int64_t len, float inv, int8_t* even, int8_t* odd);
+bool BlockAbsMaxAvx2(const float* x, int64_t len, float* amax);
+int32_t QuantizeBlockAvx2(const float* x, int64_t len, float inv, int8_t* even, int8_t* odd);
+
 void Int4Int8RowsBase(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int64_t ldy);
 void Int4Int8RowsAvx2(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int64_t ldy);
 void Int4Int8RowsVnni(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int64_t ldy);

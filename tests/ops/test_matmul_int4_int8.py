@@ -152,6 +152,23 @@ def test_rounding_is_exact_half_even():
     np.testing.assert_array_equal(y, [[254.0, 4.0, 4.0, -4.0, -4.0, 0.0]])
 
 
+def test_codes_at_every_position(rng):
+    # Each output column picks one element of X (weight +1 there, 0 elsewhere), so y = code * s_x
+    # exactly: every even / odd position of a block of 40 codes (two 16-code vector steps of the
+    # AVX2 quantizer, then its 8-code tail), ties included (multiples of 0.5 at s_x = 2).
+    k, bs = 40, 64
+    x = np.zeros((1, k), np.float32)
+    x[0] = rng.integers(-500, 501, size=k) / 2.0
+    x[0, 7] = 254.0  # amax -> inv = 0.5, s_x = 2
+    q = np.full((k, k), 8, np.uint8)
+    np.fill_diagonal(q, 9)
+    b = layout.pack_int4(q, bs)
+    s = np.ones((k, 1), np.float32)
+    y = run(_model(b, s, k, k, bs, "float32"), x)
+    codes = np.clip(np.round(x[0] * np.float32(0.5)), -127, 127)  # numpy rounds half to even
+    np.testing.assert_array_equal(y[0], codes * 2.0)
+
+
 def test_non_finite_and_zero_rows(rng):
     k, n, bs = 128, 24, 32
     b, s, zp = _weights(rng, k, n, bs, symmetric=False)

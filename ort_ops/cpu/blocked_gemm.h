@@ -76,10 +76,6 @@ inline GemmTasks PlanGemmTasks(int64_t m, int64_t n) {
   return t;
 }
 
-// decode(n0, cols, k0, kc, bt): fill bt[kc][kNr] with the float weights W[n0 + j, k0 + kk]
-//   (j < cols; columns cols..kNr-1 must be zero).
-// epilogue(row, n0, cols, acc): acc[j] = sum_k a[row, k] * W[n0 + j, k] for j < cols.
-// One task of PlanGemmTasks(m, n); tasks write disjoint parts of Y.
 // What task `task` of PlanGemmTasks(m, n) covers: panels p0 .. p0 + np - 1, rows m0 .. m0 + rows - 1
 // (rows <= 0: nothing). Shared by RunGemmTask and cpu/fp8_bf16_gemm.h's RunFp8Bf16Task.
 struct GemmTaskSpan {
@@ -107,6 +103,10 @@ void TaskEpilogue(const GemmTaskSpan& s, int64_t n, const float* acc_buf, const 
   }
 }
 
+// decode(n0, cols, k0, kc, bt): fill bt[kc][kNr] with the float weights W[n0 + j, k0 + kk]
+//   (j < cols; columns cols..kNr-1 must be zero).
+// epilogue(row, n0, cols, acc): acc[j] = sum_k a[row, k] * W[n0 + j, k] for j < cols.
+// One task of PlanGemmTasks(m, n); tasks write disjoint parts of Y.
 template <typename Decode, typename Epilogue>
 void RunGemmTask(const GemmTasks& t, size_t task, const float* a, int64_t m, int64_t k, int64_t n, const Decode& decode,
                  const Epilogue& epilogue) {

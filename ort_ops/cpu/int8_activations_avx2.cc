@@ -34,13 +34,10 @@ __attribute__((target("avx2,fma,f16c"))) bool BlockAbsMaxAvx2(const float* x, in
   _mm256_store_ps(lanes, m);
   float r = 0.0f;
   for (float v : lanes) r = v > r ? v : r;
-  bool finite = _mm256_movemask_ps(ok) == 0xFF;
-  for (; i < len; ++i) {
-    const float a = x[i] < 0.0f ? -x[i] : x[i];
-    finite = finite && a <= FLT_MAX;
-    r = a > r ? a : r;
-  }
-  *amax = r;
+  // the tail (len % 8 values), as the portable loop
+  float tail = 0.0f;
+  const bool finite = BlockAbsMaxBase(x + i, len - i, &tail) && _mm256_movemask_ps(ok) == 0xFF;
+  *amax = tail > r ? tail : r;
   return finite;
 }
 

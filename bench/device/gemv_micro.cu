@@ -7,7 +7,7 @@
 // Y bytes over a device-to-device copy's bandwidth measured in the same run).
 //
 // Build and run on the device (needs only nvcc and the ORT headers): bash bench/device/gemv_micro.sh
-// Use: gemv_micro fp8|int4 K N M variant[,variant...] [layers] [replays] [rounds]
+// Use: gemv_micro fp8|int4|read K N M variant[,variant...] [layers] [replays] [rounds]
 // GEMV_MICRO_PDL=late: PDL without early weight loads; =off: no PDL (the kernel boundary's cost).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -54,6 +54,46 @@ __global__ void FillFloat(float* p, size_t n, float v) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) p[i] = v;
 }
 
+// The "read" op: a pure weight stream launched as the GEMVs are (PDL, loads before the wait), the
+// per-layer time any M = 1 kernel could reach in this chain. 128 threads; each thread keeps kLoads
+// 16-byte streaming loads in flight; CTA b reads 16-byte vectors [b * per_cta, (b + 1) * per_cta).
+// Variants (ReadStreamLaunch): 0 one wave of 8 CTAs per SM, each a contiguous share; 1 16 KB per
+// CTA (the FP8 GEMV's many short CTAs); 2 64 KB per CTA; +10: the same with 28 KB of shared memory
+// per CTA, so at most 8 CTAs of any layer fit an SM (no room for the next layer's CTAs until this
+// layer's exit, as with the GEMVs' register caps). Nothing is written unless a checksum hits a
+// magic value.
+template <int kLoads>
+__global__ void __launch_bounds__(128)
+    ReadStream(const uint4* __restrict__ w, int64_t n16, int64_t per_cta, uint32_t* out, bool weights_early) {
+  pyquant::PdlAllowDependents();
+  if (!weights_early) pyquant::PdlWaitPrimary();
+  const int64_t begin = int64_t(blockIdx.x) * per_cta, end = begin + per_cta < n16 ? begin + per_cta : n16;
+  uint32_t acc = 0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += 128 * kLoads) {
+    uint4 v[kLoads];
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) v[u] = i + u * 128 < end ? __ldcs(w + i + u * 128) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) acc ^= (v[u].x + 3 * v[u].y) ^ (v[u].z + 5 * v[u].w);
+  }
+  if (weights_early) pyquant::PdlWaitPrimary();
+  if (acc == 0x9E3779B9u) out[blockIdx.x] = acc;
+}
+
+cudaError_t ReadStreamLaunch(const uint8_t* w, size_t bytes, int variant, uint32_t* out, pyquant::PdlMode pdl,
+                             cudaStream_t s) {
+  const int64_t n16 = int64_t(bytes / 16);
+  const size_t smem = variant >= 10 ? 28 * 1024 : 0;
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  int64_t per_cta = 128 * 8;  // 16 KB
+  if (variant % 10 == 0) per_cta = ((n16 + 8 * sms - 1) / (8 * sms) + 127) / 128 * 128;
+  if (variant % 10 == 2) per_cta = 4 * 128 * 8;
+  const dim3 grid(unsigned((n16 + per_cta - 1) / per_cta));
+  return pyquant::LaunchWithPdlSmem(ReadStream<8>, grid, dim3(128), smem, s, pdl.launch,
+                                    reinterpret_cast<const uint4*>(w), n16, per_cta, out, pdl.weights_early);
+}
+
 float CopyBandwidth(cudaStream_t s) {
   const size_t bytes = size_t(1) << 30;
   void *a = nullptr, *b = nullptr;
@@ -77,11 +117,12 @@ float CopyBandwidth(cudaStream_t s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 6 || (std::string(argv[1]) != "fp8" && std::string(argv[1]) != "int4")) {
-    std::fprintf(stderr, "use: %s fp8|int4 K N M variant[,variant...] [layers] [replays] [rounds]\n", argv[0]);
+  const std::string op = argc > 1 ? argv[1] : "";
+  if (argc < 6 || (op != "fp8" && op != "int4" && op != "read")) {
+    std::fprintf(stderr, "use: %s fp8|int4|read K N M variant[,variant...] [layers] [replays] [rounds]\n", argv[0]);
     return 2;
   }
-  const bool int4 = std::string(argv[1]) == "int4";
+  const bool int4 = op == "int4", read = op == "read";
   ++argv, --argc;  // the rest as before the op argument
   const int64_t k = std::atoll(argv[1]), n = std::atoll(argv[2]), m = std::atoll(argv[3]);
   constexpr int64_t kBlock = 128;  // INT4
@@ -113,6 +154,8 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&scales, size_t(n) * nb * sizeof(__half)));
   CHECK(cudaMalloc(&x, size_t(m) * k * sizeof(__half)));
   CHECK(cudaMalloc(&y, size_t(layers) * m * n * sizeof(__half)));
+  uint32_t* sink = nullptr;
+  CHECK(cudaMalloc(&sink, size_t(1) << 20));
   FillBytes<<<1024, 256, 0, s>>>(w, size_t(layers) * w_bytes, 12345u);
   FillFloat<<<64, 256, 0, s>>>(ws, n, 1e-3f);
   FillHalf<<<64, 256, 0, s>>>(scales, size_t(n) * nb, 0.01f);
@@ -139,7 +182,9 @@ int main(int argc, char** argv) {
     pyquant::PdlMode pdl;
     pdl.launch = pdl_mode != "off", pdl.weights_early = pdl_mode == "on";
     for (int l = 0; l < layers; ++l) {
-      if (int4) {
+      if (read) {
+        CHECK(ReadStreamLaunch(w + size_t(l) * w_bytes, w_bytes, v, sink, pdl, s));
+      } else if (int4) {
         pyquant::MatMulInt4Problem p;
         p.m = m, p.attrs.k = k, p.attrs.n = n, p.attrs.block_size = kBlock;
         p.x = x, p.b = w + size_t(l) * w_bytes, p.scales = scales, p.y = y + size_t(l) * m * n;
@@ -165,7 +210,7 @@ int main(int argc, char** argv) {
     outs.push_back(h);
   }
   // every variant must give the same outputs up to fp32 summation order
-  for (size_t i = 1; i < outs.size(); ++i) {
+  for (size_t i = 1; !read && i < outs.size(); ++i) {
     double worst = 0;
     for (size_t j = 0; j < outs[0].size(); ++j) {
       const double a = __half2float(outs[0][j]), b = __half2float(outs[i][j]);
@@ -190,11 +235,13 @@ int main(int argc, char** argv) {
     }
   }
   const double w_floor_bytes = int4 ? double(n) * k / 2 + 2.0 * n * nb : double(n) * k + 4.0 * n;
-  const double bytes = w_floor_bytes + 2.0 * m * k + 2.0 * m * n;
+  const double bytes = read ? double(w_bytes) : w_floor_bytes + 2.0 * m * k + 2.0 * m * n;
   const double floor_us = bytes / bw * 1e6;
   std::printf("%s (PDL %s) K=%lld N=%lld M=%lld layers=%d copy bandwidth %.2f TB/s floor %.2f us\n",
-              int4 ? "int4 b128" : "fp8", pdl_mode.c_str(), (long long)k, (long long)n, (long long)m, layers, bw / 1e12,
-              floor_us);
+              int4   ? "int4 b128"
+              : read ? "read (N x K bytes)"
+                     : "fp8",
+              pdl_mode.c_str(), (long long)k, (long long)n, (long long)m, layers, bw / 1e12, floor_us);
   for (size_t i = 0; i < variants.size(); ++i) {
     std::sort(us[i].begin(), us[i].end());
     const float med = us[i][us[i].size() / 2];

@@ -9,7 +9,8 @@
 #   OPS="fp8 int4" (default both); FP8_M1 / FP8_M2 / FP8_M4: FP8 variant lists at M = 1 / 2 / 4;
 #   INT4_M1 / INT4_M2: INT4 variant lists; SWEEP=1: the FP8 GEMV at M = 1 over N = 1024-28672
 #   (K = 4096), for the per-layer fixed cost (time = a + bytes / b), with PDL's early weight loads,
-#   PDL alone and no PDL (GEMV_MICRO_PDL, gemv_micro.cu).
+#   PDL alone and no PDL (GEMV_MICRO_PDL, gemv_micro.cu), beside a pure weight stream of the same
+#   bytes (op "read", variants READ_VARIANTS: the time any M = 1 kernel could reach in this chain).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 tag="${1:-gpu}"
@@ -45,7 +46,10 @@ srcs="bench/device/gemv_micro.cu ort_ops/cuda/linear_fp8_gemv_impl.cu ort_ops/cu
   done
   if [ "${SWEEP:-0}" = 1 ]; then  # and the same without PDL's overlap, or without its early loads
     for pdl in on late off; do
-      for n in 1024 2048 4096 8192 14336 28672; do GEMV_MICRO_PDL=$pdl $bin fp8 4096 $n 1 0 8 200 7; done
+      for n in 1024 2048 4096 8192 14336 28672; do
+        GEMV_MICRO_PDL=$pdl $bin fp8 4096 $n 1 0 8 200 7
+        GEMV_MICRO_PDL=$pdl $bin read 4096 $n 1 ${READ_VARIANTS:-0,1,2,10,11,12} 8 200 7
+      done
     done
   fi
 } > "$log" 2>&1

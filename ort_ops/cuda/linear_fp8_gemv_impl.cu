@@ -178,6 +178,102 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Whole-row variant (5-8, experimental): kThreads * kP >= K / 16, so a thread's pieces c = t,
+// t + kThreads, .. of its kR rows are all loaded at the CTA's start (before the PDL wait), and X is
+// read once per CTA: each thread loads only the pieces of X it multiplies; the row amax meets
+// across the CTA in one barrier. Per-channel weight scales, dynamic or static activation scale.
+template <typename T, int kM, int kR, int kThreads, int kP>
+__global__ void __launch_bounds__(kThreads)
+    fp8_gemv_whole_kernel(const T* __restrict__ x, int static_scale, float x_scale, const uint8_t* __restrict__ w,
+                          const float* __restrict__ w_scale, const T* __restrict__ bias, T* __restrict__ y, int n,
+                          int k, bool weights_early) {
+  constexpr int kWarps = kThreads / 32;
+  const int n0 = blockIdx.x * kR;
+  const int pieces = k >> 4;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  PdlAllowDependents();
+  if (!weights_early) PdlWaitPrimary();
+  uint4 wv[kP][kR];
+#pragma unroll
+  for (int p = 0; p < kP; ++p) {
+    const int c = threadIdx.x + p * kThreads;
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const int row = min(n0 + r, n - 1);  // rows past N recompute row N-1, never stored
+      wv[p][r] = c < pieces ? LoadStream16(w + int64_t(row) * k + 16 * c) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  if (weights_early) PdlWaitPrimary();
+  uint4 xv[kM][kP][2];
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int p = 0; p < kP; ++p) {
+      const int c = threadIdx.x + p * kThreads;
+      const T* xp = x + int64_t(m) * k + 16 * c;
+      xv[m][p][0] = c < pieces ? LoadCached16(xp) : make_uint4(0, 0, 0, 0);
+      xv[m][p][1] = c < pieces ? LoadCached16(xp + 8) : make_uint4(0, 0, 0, 0);
+    }
+  float inv[kM], row_s[kM];
+  if (static_scale) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m) inv[m] = 1.0f / x_scale, row_s[m] = x_scale;
+  } else {
+    __shared__ float red_max[kM][kWarps];
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      float amax = 0.0f;
+#pragma unroll
+      for (int p = 0; p < kP; ++p) amax = VecAbsMax<T>(xv[m][p][1], VecAbsMax<T>(xv[m][p][0], amax));
+      amax = WarpMax(amax);
+      if (lane == 0) red_max[m][warp] = amax;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      float v = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kWarps; ++i) v = fmaxf(v, red_max[m][i]);
+      const Fp8RowScale rs = DynamicFp8RowScale(v);
+      inv[m] = rs.inv, row_s[m] = rs.s_x;
+    }
+  }
+  float acc[kM][kR];
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int r = 0; r < kR; ++r) acc[m][r] = 0.0f;
+#pragma unroll
+  for (int p = 0; p < kP; ++p) {
+    float xq[kM][16];
+#pragma unroll
+    for (int m = 0; m < kM; ++m) QuantX16<T>(xv[m][p][0], xv[m][p][1], inv[m], xq[m]);
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      float wf[16];
+      Fp8x16ToFloats(wv[p][r], wf);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        float part = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) part = fmaf(xq[m][i], wf[i], part);
+        acc[m][r] += part;
+      }
+    }
+  }
+  __shared__ float red[kWarps][kM * kR];
+  float v = CtaSum<kThreads, kM * kR>(&acc[0][0], red);
+  if (threadIdx.x < kM * kR) {
+    const int m = threadIdx.x / kR, r = threadIdx.x % kR, col = n0 + r;
+    if (col < n) {
+      v *= w_scale[col];
+      v *= row_s[m];
+      if (bias) v += LoadF(bias, col);
+      y[int64_t(m) * n + col] = StoreT<T>(v);
+    }
+  }
+}
+
 namespace {
 
 template <typename T, int kR, int kThreads, bool kBlock, bool kExact, bool kWeightOnly = false>
@@ -206,6 +302,49 @@ void LaunchFusedScales(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cuda
   }
 }
 
+template <typename T, int kM, int kR, int kP>
+bool LaunchWholeM(const LinearFp8Problem& p, PdlMode pdl, cudaStream_t stream) {
+  const int pieces = static_cast<int>(p.k / 16);
+  const dim3 grid(static_cast<unsigned>((p.n + kR - 1) / kR));
+  const T* x = static_cast<const T*>(p.x);
+  const T* bias = static_cast<const T*>(p.bias);
+  T* y = static_cast<T*>(p.y);
+  const int st = p.static_scale ? 1 : 0, n = static_cast<int>(p.n), k = static_cast<int>(p.k);
+  auto go = [&](auto kernel, int threads) {
+    (void)LaunchWithPdl(kernel, grid, dim3(threads), stream, pdl.launch, x, st, p.x_scale, p.w, p.w_scale, bias, y, n,
+                        k, pdl.weights_early);
+    return true;
+  };
+  if (pieces <= 64 * kP) return go(fp8_gemv_whole_kernel<T, kM, kR, 64, kP>, 64);
+  if (pieces <= 128 * kP) return go(fp8_gemv_whole_kernel<T, kM, kR, 128, kP>, 128);
+  if (pieces <= 256 * kP) return go(fp8_gemv_whole_kernel<T, kM, kR, 256, kP>, 256);
+  if (pieces <= 512 * kP) return go(fp8_gemv_whole_kernel<T, kM, kR, 512, kP>, 512);
+  return false;
+}
+
+// The whole-row variants 5-8 (kR, kP) = (4, 2), (2, 2), (4, 4), (8, 2) where they apply (M <= 2,
+// per-channel weight scales, not weight_only, K <= 512 * 16 * kP); false otherwise.
+template <typename T>
+bool LaunchWhole(const LinearFp8Problem& p, int variant, PdlMode pdl, cudaStream_t stream) {
+  if (p.m > 2 || p.block_size != 0 || p.weight_only) return false;
+  auto by_m = [&](auto one, auto two) { return p.m == 1 ? one() : two(); };
+  switch (variant) {
+    case 5:
+      return by_m([&] { return LaunchWholeM<T, 1, 4, 2>(p, pdl, stream); },
+                  [&] { return LaunchWholeM<T, 2, 4, 2>(p, pdl, stream); });
+    case 6:
+      return by_m([&] { return LaunchWholeM<T, 1, 2, 2>(p, pdl, stream); },
+                  [&] { return LaunchWholeM<T, 2, 2, 2>(p, pdl, stream); });
+    case 7:
+      return by_m([&] { return LaunchWholeM<T, 1, 4, 4>(p, pdl, stream); },
+                  [&] { return LaunchWholeM<T, 2, 4, 4>(p, pdl, stream); });
+    case 8:
+      return by_m([&] { return LaunchWholeM<T, 1, 8, 2>(p, pdl, stream); },
+                  [&] { return LaunchWholeM<T, 2, 8, 2>(p, pdl, stream); });
+    default: return false;
+  }
+}
+
 }  // namespace
 
 bool Fp8GemvFusedFits(const LinearFp8Problem& p, size_t elem_bytes) {
@@ -217,6 +356,7 @@ bool Fp8GemvFusedFits(const LinearFp8Problem& p, size_t elem_bytes) {
 template <typename T>
 cudaError_t LaunchFp8GemvFused(const LinearFp8Problem& p, int variant, PdlMode pdl, cudaStream_t stream) {
   const int bs_log2 = CeilLog2(p.block_size);  // 0 for per-channel scales (block_size 0)
+  if (variant >= 5 && LaunchWhole<T>(p, variant, pdl, stream)) return cudaGetLastError();
   switch (variant) {
     case 1: LaunchFusedScales<T, 2, 128>(p, bs_log2, pdl, stream); break;
     case 2: LaunchFusedScales<T, 8, 128>(p, bs_log2, pdl, stream); break;

@@ -178,55 +178,79 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Whole-row variant (5-8, experimental): kThreads * kP >= K / 16, so a thread's pieces c = t,
-// t + kThreads, .. of its kR rows are all loaded at the CTA's start (before the PDL wait), and X is
-// read once per CTA: each thread loads only the pieces of X it multiplies; the row amax meets
-// across the CTA in one barrier. Per-channel weight scales, dynamic or static activation scale.
+// Chunked variants (5-11, experimental): a thread's pieces c = c0 + t + p * kThreads (p < kP) of
+// its kR rows are loaded in one go per chunk of kP * kThreads pieces: the first chunk before the
+// PDL wait, the next after the current one is multiplied (one DRAM round trip per chunk and CTA;
+// the other CTAs of the SM cover it). When one chunk covers K (K <= 16 kP kThreads), X is read once
+// per CTA: each thread loads only the pieces it multiplies and the row amax meets across the CTA
+// in one barrier; otherwise an amax pass over X comes first. Per-channel weight scales, dynamic or
+// static activation scale.
 template <typename T, int kM, int kR, int kThreads, int kP>
 __global__ void __launch_bounds__(kThreads)
-    fp8_gemv_whole_kernel(const T* __restrict__ x, int static_scale, float x_scale, const uint8_t* __restrict__ w,
+    fp8_gemv_chunk_kernel(const T* __restrict__ x, int static_scale, float x_scale, const uint8_t* __restrict__ w,
                           const float* __restrict__ w_scale, const T* __restrict__ bias, T* __restrict__ y, int n,
                           int k, bool weights_early) {
-  constexpr int kWarps = kThreads / 32;
+  constexpr int kWarps = kThreads / 32, kStep = kP * kThreads;
   const int n0 = blockIdx.x * kR;
   const int pieces = k >> 4;
+  const bool one_chunk = pieces <= kStep;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  PdlAllowDependents();
-  if (!weights_early) PdlWaitPrimary();
-  uint4 wv[kP][kR];
-#pragma unroll
-  for (int p = 0; p < kP; ++p) {
-    const int c = threadIdx.x + p * kThreads;
-#pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      const int row = min(n0 + r, n - 1);  // rows past N recompute row N-1, never stored
-      wv[p][r] = c < pieces ? LoadStream16(w + int64_t(row) * k + 16 * c) : make_uint4(0, 0, 0, 0);
-    }
-  }
-  if (weights_early) PdlWaitPrimary();
-  uint4 xv[kM][kP][2];
-#pragma unroll
-  for (int m = 0; m < kM; ++m)
+  uint4 wv[kP][kR], xv[kM][kP][2];
+  auto load_w = [&](int c0) {
 #pragma unroll
     for (int p = 0; p < kP; ++p) {
-      const int c = threadIdx.x + p * kThreads;
-      const T* xp = x + int64_t(m) * k + 16 * c;
-      xv[m][p][0] = c < pieces ? LoadCached16(xp) : make_uint4(0, 0, 0, 0);
-      xv[m][p][1] = c < pieces ? LoadCached16(xp + 8) : make_uint4(0, 0, 0, 0);
+      const int c = c0 + threadIdx.x + p * kThreads;
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        const int row = min(n0 + r, n - 1);  // rows past N recompute row N-1, never stored
+        wv[p][r] = c < pieces ? LoadStream16(w + int64_t(row) * k + 16 * c) : make_uint4(0, 0, 0, 0);
+      }
     }
+  };
+  auto load_x = [&](int c0) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+      for (int p = 0; p < kP; ++p) {
+        const int c = c0 + threadIdx.x + p * kThreads;
+        const T* xp = x + int64_t(m) * k + 16 * c;
+        xv[m][p][0] = c < pieces ? LoadCached16(xp) : make_uint4(0, 0, 0, 0);
+        xv[m][p][1] = c < pieces ? LoadCached16(xp + 8) : make_uint4(0, 0, 0, 0);
+      }
+  };
+  PdlAllowDependents();
+  if (!weights_early) PdlWaitPrimary();
+  load_w(0);
+  if (weights_early) PdlWaitPrimary();
   float inv[kM], row_s[kM];
   if (static_scale) {
 #pragma unroll
     for (int m = 0; m < kM; ++m) inv[m] = 1.0f / x_scale, row_s[m] = x_scale;
+    load_x(0);
   } else {
     __shared__ float red_max[kM][kWarps];
+    float amax[kM];
+#pragma unroll
+    for (int m = 0; m < kM; ++m) amax[m] = 0.0f;
+    if (!one_chunk) {  // amax over the whole row first
+      for (int c = threadIdx.x; c < pieces; c += kThreads)
+#pragma unroll
+        for (int m = 0; m < kM; ++m) {
+          const T* xp = x + int64_t(m) * k + 16 * c;
+          amax[m] = VecAbsMax<T>(LoadCached16(xp + 8), VecAbsMax<T>(LoadCached16(xp), amax[m]));
+        }
+    }
+    load_x(0);
+    if (one_chunk) {
+#pragma unroll
+      for (int m = 0; m < kM; ++m)
+#pragma unroll
+        for (int p = 0; p < kP; ++p) amax[m] = VecAbsMax<T>(xv[m][p][1], VecAbsMax<T>(xv[m][p][0], amax[m]));
+    }
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
-      float amax = 0.0f;
-#pragma unroll
-      for (int p = 0; p < kP; ++p) amax = VecAbsMax<T>(xv[m][p][1], VecAbsMax<T>(xv[m][p][0], amax));
-      amax = WarpMax(amax);
-      if (lane == 0) red_max[m][warp] = amax;
+      const float a = WarpMax(amax[m]);
+      if (lane == 0) red_max[m][warp] = a;
     }
     __syncthreads();
 #pragma unroll
@@ -243,23 +267,29 @@ __global__ void __launch_bounds__(kThreads)
   for (int m = 0; m < kM; ++m)
 #pragma unroll
     for (int r = 0; r < kR; ++r) acc[m][r] = 0.0f;
+  for (int c0 = 0;;) {
 #pragma unroll
-  for (int p = 0; p < kP; ++p) {
-    float xq[kM][16];
+    for (int p = 0; p < kP; ++p) {
+      float xq[kM][16];
 #pragma unroll
-    for (int m = 0; m < kM; ++m) QuantX16<T>(xv[m][p][0], xv[m][p][1], inv[m], xq[m]);
+      for (int m = 0; m < kM; ++m) QuantX16<T>(xv[m][p][0], xv[m][p][1], inv[m], xq[m]);
 #pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      float wf[16];
-      Fp8x16ToFloats(wv[p][r], wf);
+      for (int r = 0; r < kR; ++r) {
+        float wf[16];
+        Fp8x16ToFloats(wv[p][r], wf);
 #pragma unroll
-      for (int m = 0; m < kM; ++m) {
-        float part = 0.0f;
+        for (int m = 0; m < kM; ++m) {
+          float part = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 16; ++i) part = fmaf(xq[m][i], wf[i], part);
-        acc[m][r] += part;
+          for (int i = 0; i < 16; ++i) part = fmaf(xq[m][i], wf[i], part);
+          acc[m][r] += part;
+        }
       }
     }
+    c0 += kStep;
+    if (c0 >= pieces) break;
+    load_w(c0);
+    load_x(c0);
   }
   __shared__ float red[kWarps][kM * kR];
   float v = CtaSum<kThreads, kM * kR>(&acc[0][0], red);
@@ -302,8 +332,10 @@ void LaunchFusedScales(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cuda
   }
 }
 
-template <typename T, int kM, int kR, int kP>
-bool LaunchWholeM(const LinearFp8Problem& p, PdlMode pdl, cudaStream_t stream) {
+// kThreads = 0: the fewest of 64 / 128 / 256 / 512 threads whose one chunk covers K (false if
+// none does); else that many threads, looping over chunks.
+template <typename T, int kM, int kR, int kP, int kThreads = 0>
+bool LaunchChunkM(const LinearFp8Problem& p, PdlMode pdl, cudaStream_t stream) {
   const int pieces = static_cast<int>(p.k / 16);
   const dim3 grid(static_cast<unsigned>((p.n + kR - 1) / kR));
   const T* x = static_cast<const T*>(p.x);
@@ -315,32 +347,31 @@ bool LaunchWholeM(const LinearFp8Problem& p, PdlMode pdl, cudaStream_t stream) {
                         k, pdl.weights_early);
     return true;
   };
-  if (pieces <= 64 * kP) return go(fp8_gemv_whole_kernel<T, kM, kR, 64, kP>, 64);
-  if (pieces <= 128 * kP) return go(fp8_gemv_whole_kernel<T, kM, kR, 128, kP>, 128);
-  if (pieces <= 256 * kP) return go(fp8_gemv_whole_kernel<T, kM, kR, 256, kP>, 256);
-  if (pieces <= 512 * kP) return go(fp8_gemv_whole_kernel<T, kM, kR, 512, kP>, 512);
-  return false;
+  if constexpr (kThreads > 0) {
+    return go(fp8_gemv_chunk_kernel<T, kM, kR, kThreads, kP>, kThreads);
+  } else {
+    if (pieces <= 64 * kP) return go(fp8_gemv_chunk_kernel<T, kM, kR, 64, kP>, 64);
+    if (pieces <= 128 * kP) return go(fp8_gemv_chunk_kernel<T, kM, kR, 128, kP>, 128);
+    if (pieces <= 256 * kP) return go(fp8_gemv_chunk_kernel<T, kM, kR, 256, kP>, 256);
+    if (pieces <= 512 * kP) return go(fp8_gemv_chunk_kernel<T, kM, kR, 512, kP>, 512);
+    return false;
+  }
 }
 
-// The whole-row variants 5-8 (kR, kP) = (4, 2), (2, 2), (4, 4), (8, 2) where they apply (M <= 2,
-// per-channel weight scales, not weight_only, K <= 512 * 16 * kP); false otherwise.
+// The chunked variants (kR, kP, threads; 0 = one chunk over K): 5 (4, 2, 0), 6 (2, 2, 0), 7 (4, 4, 0),
+// 8 (8, 2, 0), 9 (8, 2, 128), 10 (4, 4, 128), 11 (2, 4, 128), at M = 1 only, per-channel weight
+// scales, not weight_only; false where they do not apply.
 template <typename T>
-bool LaunchWhole(const LinearFp8Problem& p, int variant, PdlMode pdl, cudaStream_t stream) {
-  if (p.m > 2 || p.block_size != 0 || p.weight_only) return false;
-  auto by_m = [&](auto one, auto two) { return p.m == 1 ? one() : two(); };
+bool LaunchChunk(const LinearFp8Problem& p, int variant, PdlMode pdl, cudaStream_t stream) {
+  if (p.m != 1 || p.block_size != 0 || p.weight_only) return false;
   switch (variant) {
-    case 5:
-      return by_m([&] { return LaunchWholeM<T, 1, 4, 2>(p, pdl, stream); },
-                  [&] { return LaunchWholeM<T, 2, 4, 2>(p, pdl, stream); });
-    case 6:
-      return by_m([&] { return LaunchWholeM<T, 1, 2, 2>(p, pdl, stream); },
-                  [&] { return LaunchWholeM<T, 2, 2, 2>(p, pdl, stream); });
-    case 7:
-      return by_m([&] { return LaunchWholeM<T, 1, 4, 4>(p, pdl, stream); },
-                  [&] { return LaunchWholeM<T, 2, 4, 4>(p, pdl, stream); });
-    case 8:
-      return by_m([&] { return LaunchWholeM<T, 1, 8, 2>(p, pdl, stream); },
-                  [&] { return LaunchWholeM<T, 2, 8, 2>(p, pdl, stream); });
+    case 5: return LaunchChunkM<T, 1, 4, 2>(p, pdl, stream);
+    case 6: return LaunchChunkM<T, 1, 2, 2>(p, pdl, stream);
+    case 7: return LaunchChunkM<T, 1, 4, 4>(p, pdl, stream);
+    case 8: return LaunchChunkM<T, 1, 8, 2>(p, pdl, stream);
+    case 9: return LaunchChunkM<T, 1, 8, 2, 128>(p, pdl, stream);
+    case 10: return LaunchChunkM<T, 1, 4, 4, 128>(p, pdl, stream);
+    case 11: return LaunchChunkM<T, 1, 2, 4, 128>(p, pdl, stream);
     default: return false;
   }
 }
@@ -356,7 +387,7 @@ bool Fp8GemvFusedFits(const LinearFp8Problem& p, size_t elem_bytes) {
 template <typename T>
 cudaError_t LaunchFp8GemvFused(const LinearFp8Problem& p, int variant, PdlMode pdl, cudaStream_t stream) {
   const int bs_log2 = CeilLog2(p.block_size);  // 0 for per-channel scales (block_size 0)
-  if (variant >= 5 && LaunchWhole<T>(p, variant, pdl, stream)) return cudaGetLastError();
+  if (variant >= 5 && LaunchChunk<T>(p, variant, pdl, stream)) return cudaGetLastError();
   switch (variant) {
     case 1: LaunchFusedScales<T, 2, 128>(p, bs_log2, pdl, stream); break;
     case 2: LaunchFusedScales<T, 8, 128>(p, bs_log2, pdl, stream); break;

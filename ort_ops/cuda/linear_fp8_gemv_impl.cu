@@ -185,8 +185,8 @@ __global__ void __launch_bounds__(kThreads)
 // per CTA: each thread loads only the pieces it multiplies and the row amax meets across the CTA
 // in one barrier; otherwise an amax pass over X comes first. Per-channel weight scales, dynamic or
 // static activation scale.
-template <typename T, int kM, int kR, int kThreads, int kP>
-__global__ void __launch_bounds__(kThreads)
+template <typename T, int kM, int kR, int kThreads, int kP, int kMinBlocks = 1>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     fp8_gemv_chunk_kernel(const T* __restrict__ x, int static_scale, float x_scale, const uint8_t* __restrict__ w,
                           const float* __restrict__ w_scale, const T* __restrict__ bias, T* __restrict__ y, int n,
                           int k, bool weights_early) {
@@ -334,7 +334,7 @@ void LaunchFusedScales(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cuda
 
 // kThreads = 0: the fewest of 64 / 128 / 256 / 512 threads whose one chunk covers K (false if
 // none does); else that many threads, looping over chunks.
-template <typename T, int kM, int kR, int kP, int kThreads = 0>
+template <typename T, int kM, int kR, int kP, int kThreads = 0, int kMinBlocks = 1>
 bool LaunchChunkM(const LinearFp8Problem& p, PdlMode pdl, cudaStream_t stream) {
   const int pieces = static_cast<int>(p.k / 16);
   const dim3 grid(static_cast<unsigned>((p.n + kR - 1) / kR));
@@ -348,7 +348,7 @@ bool LaunchChunkM(const LinearFp8Problem& p, PdlMode pdl, cudaStream_t stream) {
     return true;
   };
   if constexpr (kThreads > 0) {
-    return go(fp8_gemv_chunk_kernel<T, kM, kR, kThreads, kP>, kThreads);
+    return go(fp8_gemv_chunk_kernel<T, kM, kR, kThreads, kP, kMinBlocks>, kThreads);
   } else {
     if (pieces <= 64 * kP) return go(fp8_gemv_chunk_kernel<T, kM, kR, 64, kP>, 64);
     if (pieces <= 128 * kP) return go(fp8_gemv_chunk_kernel<T, kM, kR, 128, kP>, 128);
@@ -359,7 +359,9 @@ bool LaunchChunkM(const LinearFp8Problem& p, PdlMode pdl, cudaStream_t stream) {
 }
 
 // The chunked variants (kR, kP, threads; 0 = one chunk over K): 5 (4, 2, 0), 6 (2, 2, 0), 7 (4, 4, 0),
-// 8 (8, 2, 0), 9 (8, 2, 128), 10 (4, 4, 128), 11 (2, 4, 128), at M = 1 only, per-channel weight
+// 8 (8, 2, 0), 9 (8, 2, 128), 10 (4, 4, 128), 11 (2, 4, 128); with a register cap for B CTAs per
+// SM (kR, kP, threads, B): 12 (8, 2, 128, 6), 13 (4, 2, 128, 8), 14 (8, 1, 256, 4), 15 (16, 1, 128,
+// 4); at M = 1 only, per-channel weight
 // scales, not weight_only; false where they do not apply.
 template <typename T>
 bool LaunchChunk(const LinearFp8Problem& p, int variant, PdlMode pdl, cudaStream_t stream) {
@@ -372,6 +374,10 @@ bool LaunchChunk(const LinearFp8Problem& p, int variant, PdlMode pdl, cudaStream
     case 9: return LaunchChunkM<T, 1, 8, 2, 128>(p, pdl, stream);
     case 10: return LaunchChunkM<T, 1, 4, 4, 128>(p, pdl, stream);
     case 11: return LaunchChunkM<T, 1, 2, 4, 128>(p, pdl, stream);
+    case 12: return LaunchChunkM<T, 1, 8, 2, 128, 6>(p, pdl, stream);
+    case 13: return LaunchChunkM<T, 1, 4, 2, 128, 8>(p, pdl, stream);
+    case 14: return LaunchChunkM<T, 1, 8, 1, 256, 4>(p, pdl, stream);
+    case 15: return LaunchChunkM<T, 1, 16, 1, 128, 4>(p, pdl, stream);
     default: return false;
   }
 }

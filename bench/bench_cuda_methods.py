@@ -263,7 +263,7 @@ METHOD_ENV = {
     # of wide) / wide (128 x 128), wherever it runs
     "pyquant_fp8_tall": {"PYQUANT_FP8_STAGED_SHAPE": "tall"},
     "pyquant_fp8_wide": {"PYQUANT_FP8_STAGED_SHAPE": "wide"},
-    **{f"pyquant_fp8_fused{i}": {"PYQUANT_FP8_GEMV": "fused" if i == 0 else f"fused{i}"} for i in range(5)},
+    **{f"pyquant_fp8_fused{i}": {"PYQUANT_FP8_GEMV": "fused" if i == 0 else f"fused{i}"} for i in range(7)},
     # the tensor-core fused GEMV (linear_fp8_gemv_tc_impl.cu, session 44) wherever the small-M kernels
     # run: automatic configuration / configurations 1..4 (linear_fp8_gemv.h)
     **{f"pyquant_fp8_tc{i or ''}": {"PYQUANT_FP8_GEMV": f"tc{i or ''}"} for i in range(6)},

@@ -38,6 +38,8 @@ constexpr int kFp8GemvNoStaged = 10;
 constexpr int kFp8GemvTc = 11;
 // Fp8Options::gemv value of "notc": "auto" without the tc GEMV (the session-43 default; benchmarks).
 constexpr int kFp8GemvNoTc = 17;
+// Fp8Options::gemv value of "fused5"; "fused6" follows (the fused GEMV's variants 5 / 6).
+constexpr int kFp8GemvFused5 = 18;
 // The M range in which "auto" runs the tc GEMV (Fp8GemvTcByDefault, linear_fp8_impl.cu).
 constexpr int64_t kFp8GemvTcDefaultMinM = 3;
 constexpr int64_t kFp8GemvTcDefaultMaxM = 4;
@@ -98,6 +100,8 @@ struct Fp8Options {
   //   11..16 "tc", "tc1".."tc5" (kFp8GemvTc): the tensor-core fused GEMV (linear_fp8_gemv.h) at every
   //     M below the Hopper GEMM where it fits (else as "mma"), automatic configuration / 1..5.
   //   17 "notc" (kFp8GemvNoTc): "auto" without the tc GEMV (benchmarks).
+  //   18, 19 "fused5", "fused6" (kFp8GemvFused5): the fused GEMV's variants 5 / 6 (the chunk
+  //     kernel at M = 1 with per-channel scales, else variant 0; M <= 4; else "mma").
   int gemv = 0;
   // PYQUANT_FP8_TC_CTAS (tests): caps the tc GEMV's grid (0: the CTAs that fit at once).
   int tc_max_ctas = 0;

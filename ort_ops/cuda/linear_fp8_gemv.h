@@ -34,9 +34,32 @@ constexpr int64_t kFp8GemvAutoMaxM = 2;
 // - 1 pieces ahead) were no faster at M = 1 (4096 x 14336 17.37 against 17.27 us, 14336 x 4096
 // 20.17 against 18.20) and mixed at M = 2 (4096 x 14336 19.30 against 21.22, 14336 x 4096 27.68
 // against 19.29): bench/results/2026-11-29-h200-s46-fp8micro.log, bench/device/gemv_micro.sh.)
-constexpr int kFp8GemvFusedVariants = 5;
-// The variant PYQUANT_FP8_GEMV=auto runs at M (<= kFp8GemvAutoMaxM).
-constexpr int Fp8GemvAutoVariant(int64_t m) { return m == 2 ? 2 : 0; }
+// 5, 6 (session 47): the chunk kernel (M = 1, per-channel weight scales, not weight_only; else
+// variant 0): (rows per CTA, 16-byte pieces per thread and chunk, threads, CTAs per SM) = (4, 2,
+// 128, 8) / (8, 1, 256, 4); every load of a chunk issued together, the first chunk before the PDL
+// wait (linear_fp8_gemv_impl.cu). Why: a pure weight stream launched like these GEMVs (PDL, loads
+// before the wait; bench/device/gemv_micro.cu, op "read") reaches 104-105 % of the copy floor on
+// 4096 x 14336 / 4096 x 28672 (13.2 / 26.1 us) and 96 % on 4096^2, where variant 0 took 78-83 % /
+// 61 %: the gap is not a per-layer fixed cost but the fused kernel's CTAs holding too few bytes
+// in flight. H200, gemv_micro, M = 1, us, variant 0 -> 5 / 6 (…-s47-chunkcap-gemvmicro.log, the
+// variants' experiment numbers 13 / 14 there): 4096 x 14336 17.24 -> 16.01 / 16.62; 14336 x 4096
+// 18.17 -> 18.02 / 16.56; 8192^2 19.19 -> 19.79 / 18.23; 4096^2 6.49 -> 6.64 / 6.83. Tried in the
+// same runs and dropped: one chunk over all of K with 64-512 threads (512-thread CTAs fit one per
+// SM: 14336 x 4096 29.1 us), 2 / 16 rows per CTA, 4 pieces per thread, 8 rows with 2 pieces and 6
+// CTAs per SM (spills): …-s47-whole / -chunk / -chunkcap-gemvmicro.log.
+constexpr int kFp8GemvFusedVariants = 7;
+// Where the chunk kernel runs (else the variant falls back to 0).
+inline bool Fp8GemvChunkFits(const LinearFp8Problem& p) { return p.m == 1 && p.block_size == 0 && !p.weight_only; }
+// The variant PYQUANT_FP8_GEMV=auto runs at M (<= kFp8GemvAutoMaxM) on an N x K layer: the chunk
+// kernel on the layers of 2^25 weights and more (variant 5 for K <= 4096, 6 above), as measured
+// above; 4096^2 keeps variant 0.
+constexpr int Fp8GemvAutoVariant(int64_t m, int64_t n, int64_t k) {
+  return m == 2 ? 2 : (m == 1 && n * k >= (int64_t{1} << 25)) ? (k <= 4096 ? 5 : 6) : 0;
+}
+static_assert(Fp8GemvAutoVariant(1, 14336, 4096) == 5 && Fp8GemvAutoVariant(1, 4096, 14336) == 6 &&
+                  Fp8GemvAutoVariant(1, 8192, 8192) == 6 && Fp8GemvAutoVariant(1, 4096, 4096) == 0 &&
+                  Fp8GemvAutoVariant(2, 14336, 4096) == 2,
+              "the measured choices (M, N, K)");
 
 // Shape / type / alignment check (elem_bytes = sizeof(T)); pointers of p must be set.
 bool Fp8GemvFusedFits(const LinearFp8Problem& p, size_t elem_bytes);

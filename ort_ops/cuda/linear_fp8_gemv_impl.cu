@@ -178,13 +178,17 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Chunked variants (5-11, experimental): a thread's pieces c = c0 + t + p * kThreads (p < kP) of
-// its kR rows are loaded in one go per chunk of kP * kThreads pieces: the first chunk before the
-// PDL wait, the next after the current one is multiplied (one DRAM round trip per chunk and CTA;
-// the other CTAs of the SM cover it). When one chunk covers K (K <= 16 kP kThreads), X is read once
-// per CTA: each thread loads only the pieces it multiplies and the row amax meets across the CTA
-// in one barrier; otherwise an amax pass over X comes first. Per-channel weight scales, dynamic or
-// static activation scale.
+// Chunk kernel (variants 5 and 6, M = 1, per-channel weight scales, not weight_only): thread t's
+// pieces c = c0 + t + p * kThreads (p < kP) of the CTA's kR rows are loaded together per chunk of
+// kP * kThreads pieces, the first chunk before the PDL wait and the next after the current one is
+// multiplied, so a CTA has kR * kP * kThreads * 16 bytes in flight at once instead of trickling
+// one piece per row behind the arithmetic (fp8_gemv_fused_kernel's SASS, linear_fp8_gemv.h). The
+// register cap (kMinBlocks CTAs per SM) keeps 128 KB of weights in flight per SM in both variants. Where one chunk covers K, X is read once per CTA (each thread loads only the
+// pieces it multiplies; the row amax meets across the CTA in one barrier); otherwise an amax pass
+// over X comes first, as in fp8_gemv_fused_kernel. Same arithmetic as that kernel (exact
+// products, fp32 sums in another order).
+//   x [1, K] T, static_scale / x_scale: the static activation scale (else dynamic), w [N, K] e4m3,
+//   w_scale [N] float, bias [N] T or nullptr, y [1, N] T. grid.x = ceil(N / kR), block = kThreads.
 template <typename T, int kM, int kR, int kThreads, int kP, int kMinBlocks = 1>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     fp8_gemv_chunk_kernel(const T* __restrict__ x, int static_scale, float x_scale, const uint8_t* __restrict__ w,
@@ -332,54 +336,13 @@ void LaunchFusedScales(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cuda
   }
 }
 
-// kThreads = 0: the fewest of 64 / 128 / 256 / 512 threads whose one chunk covers K (false if
-// none does); else that many threads, looping over chunks.
-template <typename T, int kM, int kR, int kP, int kThreads = 0, int kMinBlocks = 1>
-bool LaunchChunkM(const LinearFp8Problem& p, PdlMode pdl, cudaStream_t stream) {
-  const int pieces = static_cast<int>(p.k / 16);
+template <typename T, int kR, int kP, int kThreads, int kMinBlocks>
+void LaunchChunk(const LinearFp8Problem& p, PdlMode pdl, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.n + kR - 1) / kR));
-  const T* x = static_cast<const T*>(p.x);
-  const T* bias = static_cast<const T*>(p.bias);
-  T* y = static_cast<T*>(p.y);
-  const int st = p.static_scale ? 1 : 0, n = static_cast<int>(p.n), k = static_cast<int>(p.k);
-  auto go = [&](auto kernel, int threads) {
-    (void)LaunchWithPdl(kernel, grid, dim3(threads), stream, pdl.launch, x, st, p.x_scale, p.w, p.w_scale, bias, y, n,
-                        k, pdl.weights_early);
-    return true;
-  };
-  if constexpr (kThreads > 0) {
-    return go(fp8_gemv_chunk_kernel<T, kM, kR, kThreads, kP, kMinBlocks>, kThreads);
-  } else {
-    if (pieces <= 64 * kP) return go(fp8_gemv_chunk_kernel<T, kM, kR, 64, kP>, 64);
-    if (pieces <= 128 * kP) return go(fp8_gemv_chunk_kernel<T, kM, kR, 128, kP>, 128);
-    if (pieces <= 256 * kP) return go(fp8_gemv_chunk_kernel<T, kM, kR, 256, kP>, 256);
-    if (pieces <= 512 * kP) return go(fp8_gemv_chunk_kernel<T, kM, kR, 512, kP>, 512);
-    return false;
-  }
-}
-
-// The chunked variants (kR, kP, threads; 0 = one chunk over K): 5 (4, 2, 0), 6 (2, 2, 0), 7 (4, 4, 0),
-// 8 (8, 2, 0), 9 (8, 2, 128), 10 (4, 4, 128), 11 (2, 4, 128); with a register cap for B CTAs per
-// SM (kR, kP, threads, B): 12 (8, 2, 128, 6), 13 (4, 2, 128, 8), 14 (8, 1, 256, 4), 15 (16, 1, 128,
-// 4); at M = 1 only, per-channel weight
-// scales, not weight_only; false where they do not apply.
-template <typename T>
-bool LaunchChunk(const LinearFp8Problem& p, int variant, PdlMode pdl, cudaStream_t stream) {
-  if (p.m != 1 || p.block_size != 0 || p.weight_only) return false;
-  switch (variant) {
-    case 5: return LaunchChunkM<T, 1, 4, 2>(p, pdl, stream);
-    case 6: return LaunchChunkM<T, 1, 2, 2>(p, pdl, stream);
-    case 7: return LaunchChunkM<T, 1, 4, 4>(p, pdl, stream);
-    case 8: return LaunchChunkM<T, 1, 8, 2>(p, pdl, stream);
-    case 9: return LaunchChunkM<T, 1, 8, 2, 128>(p, pdl, stream);
-    case 10: return LaunchChunkM<T, 1, 4, 4, 128>(p, pdl, stream);
-    case 11: return LaunchChunkM<T, 1, 2, 4, 128>(p, pdl, stream);
-    case 12: return LaunchChunkM<T, 1, 8, 2, 128, 6>(p, pdl, stream);
-    case 13: return LaunchChunkM<T, 1, 4, 2, 128, 8>(p, pdl, stream);
-    case 14: return LaunchChunkM<T, 1, 8, 1, 256, 4>(p, pdl, stream);
-    case 15: return LaunchChunkM<T, 1, 16, 1, 128, 4>(p, pdl, stream);
-    default: return false;
-  }
+  (void)LaunchWithPdl(fp8_gemv_chunk_kernel<T, 1, kR, kThreads, kP, kMinBlocks>, grid, dim3(kThreads), stream,
+                      pdl.launch, static_cast<const T*>(p.x), p.static_scale ? 1 : 0, p.x_scale, p.w, p.w_scale,
+                      static_cast<const T*>(p.bias), static_cast<T*>(p.y), static_cast<int>(p.n), static_cast<int>(p.k),
+                      pdl.weights_early);
 }
 
 }  // namespace
@@ -393,7 +356,15 @@ bool Fp8GemvFusedFits(const LinearFp8Problem& p, size_t elem_bytes) {
 template <typename T>
 cudaError_t LaunchFp8GemvFused(const LinearFp8Problem& p, int variant, PdlMode pdl, cudaStream_t stream) {
   const int bs_log2 = CeilLog2(p.block_size);  // 0 for per-channel scales (block_size 0)
-  if (variant >= 5 && LaunchChunk<T>(p, variant, pdl, stream)) return cudaGetLastError();
+  if ((variant == 5 || variant == 6) && Fp8GemvChunkFits(p)) {
+    // (rows, pieces per thread and chunk, threads, CTAs per SM)
+    if (variant == 5) {
+      LaunchChunk<T, 4, 2, 128, 8>(p, pdl, stream);
+    } else {
+      LaunchChunk<T, 8, 1, 256, 4>(p, pdl, stream);
+    }
+    return cudaGetLastError();
+  }
   switch (variant) {
     case 1: LaunchFusedScales<T, 2, 128>(p, bs_log2, pdl, stream); break;
     case 2: LaunchFusedScales<T, 8, 128>(p, bs_log2, pdl, stream); break;

@@ -636,11 +636,14 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
     }
     // Decode: quantization fused into the GEMV (no xq round trip, one launch), unless the Hopper
     // GEMM was asked for at this M.
-    const bool fused_knob = opt.gemv >= 3 && opt.gemv < kFp8GemvMmaSplit;  // "fused", "fused1".."fused4"
+    // "fused", "fused1".."fused4", "fused5", "fused6"
+    const bool fused_knob =
+        (opt.gemv >= 3 && opt.gemv < kFp8GemvMmaSplit) || opt.gemv == kFp8GemvFused5 || opt.gemv == kFp8GemvFused5 + 1;
+    const int fused_variant = opt.gemv >= kFp8GemvFused5 ? 5 + opt.gemv - kFp8GemvFused5 : opt.gemv - 3;
     const bool fused_allowed =
         ((Fp8AutoLike(opt) || opt.gemv == kFp8GemvNoStaged) && p.m <= kFp8GemvAutoMaxM) || fused_knob;
     if (!force_ref && fused_allowed && !sm90 && !staged_default && Fp8GemvFusedFits(p, sizeof(T))) {
-      return LaunchFp8GemvFused<T>(p, fused_knob ? opt.gemv - 3 : Fp8GemvAutoVariant(p.m), pdl, stream);
+      return LaunchFp8GemvFused<T>(p, fused_knob ? fused_variant : Fp8GemvAutoVariant(p.m, p.n, p.k), pdl, stream);
     }
   }
   uint8_t* xq = static_cast<uint8_t*>(ws.data);

@@ -25,8 +25,8 @@ Fp8Options CudaFp8Options() {
     o.sm90_min_m = o.sm90_min_m_small = o.sm90_min_m_narrow = std::strtoll(v, nullptr, 10);
   }
   o.gemv = EnvChoice("PYQUANT_FP8_GEMV",
-                     {"auto", "mma", "swap", "fused", "fused1", "fused2", "fused3", "fused4", "mmasplit", "staged",
-                      "nostaged", "tc", "tc1", "tc2", "tc3", "tc4", "tc5", "notc"},
+                     {"auto",     "mma", "swap", "fused", "fused1", "fused2", "fused3", "fused4", "mmasplit", "staged",
+                      "nostaged", "tc",  "tc1",  "tc2",   "tc3",    "tc4",    "tc5",    "notc",   "fused5",   "fused6"},
                      0);
   o.k_split_fill = std::max(1, std::min(8, EnvInt("PYQUANT_FP8_KSPLIT_FILL", 1)));
   o.tc_max_ctas = std::max(0, EnvInt("PYQUANT_FP8_TC_CTAS", 0));

@@ -67,7 +67,7 @@ def test_fp8_gemv_paths(rng, dtype, block_size, x_scale, kn):
     _check_fp8(sess, rng, GEMV_M, k, n, dtype, w8, ws, block_size, x_scale, bias_t)
 
 
-@pytest.mark.parametrize("gemv", ["mma", "fused", "fused1", "fused2", "fused3", "fused4"])
+@pytest.mark.parametrize("gemv", ["mma", "fused", "fused1", "fused2", "fused3", "fused4", "fused5", "fused6"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("block_size", [0, 16, 128])
 @pytest.mark.parametrize("x_scale", [None, 0.02])
@@ -76,12 +76,28 @@ def test_fp8_gemv_fused(rng, gemv, dtype, block_size, x_scale, kn):
     """M = 1..5 under each pinned small-M choice: the fused GEMV's variants (rows per CTA 2 / 4 /
     8, 128 / 256 threads) with N not a multiple of the rows per CTA (clamped rows), K = 16 * odd,
     fewer 16-byte pieces than threads (K = 48), per-K-block scales of 16 (one piece per block,
-    which the mma.sync kernel cannot take: reference kernel there); M = 5 leaves the fused GEMV."""
+    which the mma.sync kernel cannot take: reference kernel there); M = 5 leaves the fused GEMV.
+    fused5 / fused6: the chunk kernel at M = 1 with per-channel scales (4 rows x 2 pieces x 128
+    threads / 8 rows x 256 threads per chunk: K = 4096 one chunk, K = 16400 several with a partial
+    one and the separate amax pass, K = 1008 / 48 one partial chunk, N = 3 fewer rows than a CTA's),
+    variant 0 elsewhere."""
     k, n = kn
     with_bias = bool(rng.integers(0, 2))
     model, w8, ws, bias_t = _fp8_case(rng, k, n, block_size, dtype, x_scale, with_bias)
     sess = _fp8_session(model, env={"PYQUANT_FP8_GEMV": gemv})
     _check_fp8(sess, rng, [1, 2, 3, 4, 5], k, n, dtype, w8, ws, block_size, x_scale, bias_t)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("x_scale", [None, 0.02])
+@pytest.mark.parametrize("kn", [(4096, 8192), (8192, 4096)])
+def test_fp8_gemv_chunk_default(rng, dtype, x_scale, kn):
+    """The default ("auto") at M = 1 on layers of 2^25 weights: the chunk kernel, variant 5 for K <=
+    4096 and 6 above (Fp8GemvAutoVariant); M = 2 keeps variant 2."""
+    k, n = kn
+    model, w8, ws, bias_t = _fp8_case(rng, k, n, 0, dtype, x_scale, True)
+    sess = _fp8_session(model)
+    _check_fp8(sess, rng, [1, 2], k, n, dtype, w8, ws, 0, x_scale, bias_t)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

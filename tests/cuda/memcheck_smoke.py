@@ -153,6 +153,12 @@ def main() -> int:
         # the small-M mma kernel in clusters that split K (the default on narrow layers; kS = 4 here
         # on an H100), Hopper GEMM off so that it serves M = 17 and two grid rows (40, 64) too
         if dtype != "float32" and "fp8" in only:
+            # the fused GEMV's chunk kernel (variants 5 / 6, M = 1): one partial chunk (K = 1008),
+            # several with a partial one (K = 4112 > 2 x 128 x 16 and 256 x 16), N below a CTA's rows
+            for gemv in ("fused5", "fused6"):
+                with knobs({"PYQUANT_FP8_GEMV": gemv}):
+                    n_checked += check_fp8(dtype, 1008, 37, 0, (1,))
+                    n_checked += check_fp8(dtype, 4112, 3, 0, (1, 2))
             with knobs({"PYQUANT_FP8_GEMV": "mmasplit", "PYQUANT_FP8_SM90_MIN_M": str(1 << 40)}):
                 n_checked += check_fp8(dtype, 1024, 40, 0, (3, 9, 17, 40, 64))
             # 2 / 4 column tiles per warp at M > 16 (partial tiles at N = 44), split and not

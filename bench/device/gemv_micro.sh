@@ -3,8 +3,8 @@
 # session, no library build; needs the ORT headers in .deps/onnxruntime) and time kernel variants
 # on the benchmark's layers at small M: LinearFp8's fused GEMV variants (linear_fp8_gemv.h) and
 # MatMulInt4's shuffled-layout dispatch (-1 = the default; matmul_int4.h's variant numbers).
-# Session 46 timed the FP8 variants 5 / 6 (a cp.async ring, git show ada8711; removed) this way:
-# 64 s to build the FP8 file alone on the H200 machine.
+# Session 46 timed cp.async-ring FP8 variants this way (git show ada8711; removed; its numbers 5 / 6
+# are the chunk kernel's since session 47): 64 s to build the FP8 file alone on the H200 machine.
 # Writes $OUT/<date>-<tag>-gemvmicro.log. Usage: bash bench/device/gemv_micro.sh <tag>
 #   OPS="fp8 int4" (default both); FP8_M1 / FP8_M2 / FP8_M4: FP8 variant lists at M = 1 / 2 / 4;
 #   INT4_M1 / INT4_M2: INT4 variant lists; SWEEP=1: the FP8 GEMV at M = 1 over N = 1024-28672

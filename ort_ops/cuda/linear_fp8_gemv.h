@@ -46,7 +46,9 @@ constexpr int64_t kFp8GemvAutoMaxM = 2;
 // 18.17 -> 18.02 / 16.56; 8192^2 19.19 -> 19.79 / 18.23; 4096^2 6.49 -> 6.64 / 6.83. Tried in the
 // same runs and dropped: one chunk over all of K with 64-512 threads (512-thread CTAs fit one per
 // SM: 14336 x 4096 29.1 us), 2 / 16 rows per CTA, 4 pieces per thread, 8 rows with 2 pieces and 6
-// CTAs per SM (spills): …-s47-whole / -chunk / -chunkcap-gemvmicro.log.
+// CTAs per SM (spills): …-s47-whole / -chunk / -chunkcap-gemvmicro.log. In ORT's chain, same run,
+// default (5 / 6 by the rule below) against variant 0, us: 4096 x 14336 16.1 / 17.4, 14336 x 4096
+// 16.4 / 18.1, 8192^2 18.1 / 19.1 (…-s47-chunk-bench-cuda.md).
 constexpr int kFp8GemvFusedVariants = 7;
 // Where the chunk kernel runs (else the variant falls back to 0).
 inline bool Fp8GemvChunkFits(const LinearFp8Problem& p) { return p.m == 1 && p.block_size == 0 && !p.weight_only; }

@@ -39,7 +39,7 @@ srcs="bench/device/gemv_micro.cu ort_ops/cuda/linear_fp8_gemv_impl.cu ort_ops/cu
         $bin fp8 $kn 2 ${FP8_M2:-2,0} 8 200 7
         $bin fp8 $kn 4 ${FP8_M4:-0,3} 8 200 7
       else
-        $bin int4 $kn 1 ${INT4_M1:--1,11,15,22} 8 200 7
+        $bin int4 $kn 1 ${INT4_M1:--1,25,26,27,28} 8 200 7
         $bin int4 $kn 2 ${INT4_M2:--1,11} 8 200 7
       fi
     done

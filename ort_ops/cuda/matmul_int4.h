@@ -193,7 +193,10 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 //     registers]) configuration v: 0: (4, 1, 128, 4), 1: (8, 1, 128, 4), 2: (2, 1, 128, 4),
 //     3: (4, 2, 128, 4), 4: (8, 2, 128, 4), 5: (8, 1, 128, 4, 8), 8: (8, 1, 256, 4, 4),
 //     10: (8, 1, 512, 4, 2), 12: (8, 1, 128, 4, 7), up to M = kInt4ShuffledGemvMaxM (another
-//     number runs configuration 0). Measured in session 36 and removed, slower than these on every
+//     number runs configuration 0). Chunk mode (session 47, compiled and CPU-checked only, not
+//     yet run on a GPU; matmul_int4_shuffled_impl.cu, kD units per chunk issued together):
+//     (pieces, tiles, threads, k-tiles per unit, CTAs per SM, kD) 15: (8, 1, 128, 4, 4, 4),
+//     16: (8, 1, 256, 4, 3, 2), 17: (8, 1, 128, 4, 6, 2), 18: (8, 1, 512, 4, 2, 1). Measured in session 36 and removed, slower than these on every
 //     shape (…-s36-shufregs-bench-cuda.md, …-s36-gemvcaps-bench-cuda.md; code: git show b075a9a):
 //     6: (4, 1, 128, 4, 8), 7: (4, 2, 128, 4, 4), 9: (4, 1, 256, 4, 4), 11: (4, 2, 256, 4, 2),
 //     13: (8, 1, 128, 4, 6), 14: (8, 1, 256, 4, 3).

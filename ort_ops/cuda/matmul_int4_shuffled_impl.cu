@@ -394,7 +394,14 @@ __device__ __forceinline__ void DecodeShufPiece(const uint4& q, const ShufRows<T
 // kMinBlocks: CTAs per SM that the M = 1 kernel must fit by registers (__launch_bounds__; M
 // tokens: kMinBlocks / M, whose sums need the registers). Uncapped, ptxas (nvcc 13.0) gives the
 // M = 1 kernel 167 registers (kTiles = 1) or 255 (kTiles = 2): 3 or 2 CTAs of 128 threads per SM.
-template <typename T, int kM, int kP, int kTiles, int kThreads, int kU, int kMinBlocks = 1>
+// kD > 0 (chunk mode, configurations 15-18, session 47, not measured yet): the thread's units come
+// in chunks of kD whose loads (weights, scales and zero points) are all issued together, the first
+// chunk before the PDL wait and the next after the current one's arithmetic, instead of one unit
+// ahead: the FP8 GEMV's chunk kernel took 4096 x 14336 at M = 1 from 81 to 87 % of the floor that
+// way (linear_fp8_gemv.h), and this kernel's M = 1 instance (configuration 12: one wave, 4 units
+// per thread on K = 4096, the next unit's loads issued after the current one's arithmetic, SASS
+// notes s46) waits about one DRAM round trip per unit.
+template <typename T, int kM, int kP, int kTiles, int kThreads, int kU, int kMinBlocks = 1, int kD = 0>
 __global__ void __launch_bounds__(kThreads, kMinBlocks / kM > 0 ? kMinBlocks / kM : 1)
     int4_shuffled_gemv_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
                               const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
@@ -423,72 +430,145 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks / kM > 0 ? kMinBlocks / k
   auto piece_ptr = [&](int j, int kt) {
     return b + (int64_t(nt0 + j) + int64_t(ntt) * kt) * kInt4ShuffleTileBytes + kInt4ShufflePieceBytes * p;
   };
-  PdlAllowDependents();
-  if (!weights_early) PdlWaitPrimary();
-  uint4 cur[kU][kTiles];
-  if (my_units > 0) {
-    const int u0 = unit_of(0);
-#pragma unroll
-    for (int u = 0; u < kU; ++u)
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j) cur[u][j] = LoadStream16(piece_ptr(j, u0 * kU + u));
-  }
-  if (weights_early) PdlWaitPrimary();
   bool slow = false;
-  for (int i = 0; i < my_units; ++i) {
-    const int unit = unit_of(i);
-    uint4 nxt[kU][kTiles];
-    if (i + 1 < my_units) {
-      const int un = unit_of(i + 1);
+  if constexpr (kD == 0) {
+    PdlAllowDependents();
+    if (!weights_early) PdlWaitPrimary();
+    uint4 cur[kU][kTiles];
+    if (my_units > 0) {
+      const int u0 = unit_of(0);
 #pragma unroll
       for (int u = 0; u < kU; ++u)
 #pragma unroll
-        for (int j = 0; j < kTiles; ++j) nxt[u][j] = LoadStream16(piece_ptr(j, un * kU + u));
+        for (int j = 0; j < kTiles; ++j) cur[u][j] = LoadStream16(piece_ptr(j, u0 * kU + u));
     }
-    const int blk = (unit * kU * 16) >> g.bs_log2;
-    float s[kTiles][2];
-    ShufRows<T> rows[kTiles];
+    if (weights_early) PdlWaitPrimary();
+    for (int i = 0; i < my_units; ++i) {
+      const int unit = unit_of(i);
+      uint4 nxt[kU][kTiles];
+      if (i + 1 < my_units) {
+        const int un = unit_of(i + 1);
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-      int z[2];
-      RowBlock(scales, zp, g, 16 * (nt0 + j) + p, blk, &s[j][0], &z[0]);
-      RowBlock(scales, zp, g, 16 * (nt0 + j) + p + 8, blk, &s[j][1], &z[1]);
-      rows[j] = MakeShufRows<T>(s[j][0], z[0], s[j][1], z[1]);
-    }
-    float part[kM][kTiles][2];
+        for (int u = 0; u < kU; ++u)
 #pragma unroll
-    for (int m = 0; m < kM; ++m)
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j) part[m][j][0] = part[m][j][1] = 0.0f;
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int kt = unit * kU + u;
-      T2 xp[kM][2][4];
-#pragma unroll
-      for (int m = 0; m < kM; ++m) LoadShufX<T>(x, g, m, kt, xp[m]);
+          for (int j = 0; j < kTiles; ++j) nxt[u][j] = LoadStream16(piece_ptr(j, un * kU + u));
+      }
+      const int blk = (unit * kU * 16) >> g.bs_log2;
+      float s[kTiles][2];
+      ShufRows<T> rows[kTiles];
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
-        T2 wr[2][2][4];
-        DecodeShufPiece<T, false>(cur[u][j], rows[j], wr);
-#pragma unroll
-        for (int m = 0; m < kM; ++m)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) part[m][j][r] += ChainSum(wr[r][0], xp[m][0]) + ChainSum(wr[r][1], xp[m][1]);
+        int z[2];
+        RowBlock(scales, zp, g, 16 * (nt0 + j) + p, blk, &s[j][0], &z[0]);
+        RowBlock(scales, zp, g, 16 * (nt0 + j) + p + 8, blk, &s[j][1], &z[1]);
+        rows[j] = MakeShufRows<T>(s[j][0], z[0], s[j][1], z[1]);
       }
-    }
+      float part[kM][kTiles][2];
 #pragma unroll
-    for (int m = 0; m < kM; ++m)
+      for (int m = 0; m < kM; ++m)
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j)
+        for (int j = 0; j < kTiles; ++j) part[m][j][0] = part[m][j][1] = 0.0f;
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          slow |= !isfinite(part[m][j][r]);
-          acc[m][j][r] = fmaf(part[m][j][r], s[j][r], acc[m][j][r]);
+      for (int u = 0; u < kU; ++u) {
+        const int kt = unit * kU + u;
+        T2 xp[kM][2][4];
+#pragma unroll
+        for (int m = 0; m < kM; ++m) LoadShufX<T>(x, g, m, kt, xp[m]);
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) {
+          T2 wr[2][2][4];
+          DecodeShufPiece<T, false>(cur[u][j], rows[j], wr);
+#pragma unroll
+          for (int m = 0; m < kM; ++m)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) part[m][j][r] += ChainSum(wr[r][0], xp[m][0]) + ChainSum(wr[r][1], xp[m][1]);
         }
+      }
 #pragma unroll
-    for (int u = 0; u < kU; ++u)
+      for (int m = 0; m < kM; ++m)
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j) cur[u][j] = nxt[u][j];
+        for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            slow |= !isfinite(part[m][j][r]);
+            acc[m][j][r] = fmaf(part[m][j][r], s[j][r], acc[m][j][r]);
+          }
+#pragma unroll
+      for (int u = 0; u < kU; ++u)
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) cur[u][j] = nxt[u][j];
+    }
+  } else {
+    // chunk mode: units i0 .. i0 + kD - 1 of this thread (those past my_units load nothing)
+    uint4 wq[kD][kU][kTiles];
+    float cs[kD][kTiles][2];
+    int cz[kD][kTiles][2];
+    auto load_chunk = [&](int i0) {
+#pragma unroll
+      for (int d = 0; d < kD; ++d) {
+        const bool in = i0 + d < my_units;
+        const int unit = grp + kGroups * (in ? i0 + d : 0);
+        const int blk = (unit * kU * 16) >> g.bs_log2;
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+          for (int u = 0; u < kU; ++u)
+            wq[d][u][j] = in ? LoadStream16(piece_ptr(j, unit * kU + u)) : make_uint4(0, 0, 0, 0);
+          if (in) {
+            RowBlock(scales, zp, g, 16 * (nt0 + j) + p, blk, &cs[d][j][0], &cz[d][j][0]);
+            RowBlock(scales, zp, g, 16 * (nt0 + j) + p + 8, blk, &cs[d][j][1], &cz[d][j][1]);
+          } else {
+            cs[d][j][0] = cs[d][j][1] = 0.0f;
+            cz[d][j][0] = cz[d][j][1] = kInt4SymmetricZeroPoint;
+          }
+        }
+      }
+    };
+    PdlAllowDependents();
+    if (!weights_early) PdlWaitPrimary();
+    if (my_units > 0) load_chunk(0);
+    if (weights_early) PdlWaitPrimary();
+    for (int i0 = 0; i0 < my_units; i0 += kD) {
+#pragma unroll
+      for (int d = 0; d < kD; ++d) {
+        if (i0 + d < my_units) {
+          const int unit = grp + kGroups * (i0 + d);
+          float part[kM][kTiles][2];
+#pragma unroll
+          for (int m = 0; m < kM; ++m)
+#pragma unroll
+            for (int j = 0; j < kTiles; ++j) part[m][j][0] = part[m][j][1] = 0.0f;
+#pragma unroll
+          for (int u = 0; u < kU; ++u) {
+            const int kt = unit * kU + u;
+            T2 xp[kM][2][4];
+#pragma unroll
+            for (int m = 0; m < kM; ++m) LoadShufX<T>(x, g, m, kt, xp[m]);
+#pragma unroll
+            for (int j = 0; j < kTiles; ++j) {
+              const ShufRows<T> rows = MakeShufRows<T>(cs[d][j][0], cz[d][j][0], cs[d][j][1], cz[d][j][1]);
+              T2 wr[2][2][4];
+              DecodeShufPiece<T, false>(wq[d][u][j], rows, wr);
+#pragma unroll
+              for (int m = 0; m < kM; ++m)
+#pragma unroll
+                for (int r = 0; r < 2; ++r)
+                  part[m][j][r] += ChainSum(wr[r][0], xp[m][0]) + ChainSum(wr[r][1], xp[m][1]);
+            }
+          }
+#pragma unroll
+          for (int m = 0; m < kM; ++m)
+#pragma unroll
+            for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+              for (int r = 0; r < 2; ++r) {
+                slow |= !isfinite(part[m][j][r]);
+                acc[m][j][r] = fmaf(part[m][j][r], cs[d][j][r], acc[m][j][r]);
+              }
+        }
+      }
+      if (i0 + kD < my_units) load_chunk(i0 + kD);
+    }
   }
 
   if (slow) {  // rare (|x| large enough to overflow an unscaled T chain): this thread again, scaled weights
@@ -565,14 +645,14 @@ void LaunchShufMma(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, 
                              kS, stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
 }
 
-template <typename T, int kP, int kTiles, int kThreads, int kU, int kMinBlocks = 1>
+template <typename T, int kP, int kTiles, int kThreads, int kU, int kMinBlocks = 1, int kD = 0>
 void LaunchShufGemv(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y, const Int4Geom& g,
                     PdlMode pdl, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(g.n / (16 * kTiles) * (8 / kP)));
-  auto kernel = int4_shuffled_gemv_kernel<T, 1, kP, kTiles, kThreads, kU, kMinBlocks>;
-  if (g.m == 2) kernel = int4_shuffled_gemv_kernel<T, 2, kP, kTiles, kThreads, kU, kMinBlocks>;
-  if (g.m == 3) kernel = int4_shuffled_gemv_kernel<T, 3, kP, kTiles, kThreads, kU, kMinBlocks>;
-  if (g.m == 4) kernel = int4_shuffled_gemv_kernel<T, 4, kP, kTiles, kThreads, kU, kMinBlocks>;
+  auto kernel = int4_shuffled_gemv_kernel<T, 1, kP, kTiles, kThreads, kU, kMinBlocks, kD>;
+  if (g.m == 2) kernel = int4_shuffled_gemv_kernel<T, 2, kP, kTiles, kThreads, kU, kMinBlocks, kD>;
+  if (g.m == 3) kernel = int4_shuffled_gemv_kernel<T, 3, kP, kTiles, kThreads, kU, kMinBlocks, kD>;
+  if (g.m == 4) kernel = int4_shuffled_gemv_kernel<T, 4, kP, kTiles, kThreads, kU, kMinBlocks, kD>;
   (void)LaunchWithPdl(kernel, grid, dim3(kThreads), stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
 }
 
@@ -717,6 +797,11 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
           LaunchShufGemv<T, 8, 1, 128, 4, kInt4ShufGemvCtasPerSm128M1>(x, p.b, s, p.zero_points, bias, y, g, pdl,
                                                                        stream);
           break;
+        // chunk mode (kD units per chunk; min CTAs per SM): not measured yet
+        case 15: LaunchShufGemv<T, 8, 1, 128, 4, 4, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
+        case 16: LaunchShufGemv<T, 8, 1, 256, 4, 3, 2>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
+        case 17: LaunchShufGemv<T, 8, 1, 128, 4, 6, 2>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
+        case 18: LaunchShufGemv<T, 8, 1, 512, 4, 2, 1>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
         default: LaunchShufGemv<T, 4, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
       }
       return cudaGetLastError();

@@ -49,7 +49,10 @@ constexpr int64_t kFp8GemvAutoMaxM = 2;
 // CTAs per SM (spills): …-s47-whole / -chunk / -chunkcap-gemvmicro.log. In ORT's chain, same run,
 // default (5 / 6 by the rule below) against variant 0, us: 4096 x 14336 16.1 / 17.4, 14336 x 4096
 // 16.4 / 18.1, 8192^2 18.1 / 19.1 (…-s47-chunk-bench-cuda.md).
-constexpr int kFp8GemvFusedVariants = 7;
+// 7, 8 (session 47, not yet run; bench/device/gemv_micro.sh only, no op knob): variants 5 / 6 as
+// persistent CTAs, 4 / 2 per SM, walking the row groups: a layer then holds at most half of an SM,
+// for 4096^2, where the next layer's CTAs cannot start while one wave fills the SM (notes s47).
+constexpr int kFp8GemvFusedVariants = 7;  // 0 .. 6 reachable through PYQUANT_FP8_GEMV
 // Where the chunk kernel runs (else the variant falls back to 0).
 inline bool Fp8GemvChunkFits(const LinearFp8Problem& p) { return p.m == 1 && p.block_size == 0 && !p.weight_only; }
 // The variant PYQUANT_FP8_GEMV=auto runs at M (<= kFp8GemvAutoMaxM) on an N x K layer: the chunk

@@ -391,6 +391,46 @@ __device__ __forceinline__ void DecodeShufPiece(const uint4& q, const ShufRows<T
   }
 }
 
+// One unit (kU k-tiles) of a GEMV thread's kTiles pieces q against X, the fast path: fp32 partial
+// sums per (token, tile, row) of unscaled chains, then acc += part * s (the block's scales);
+// `slow` is set where a partial sum is not finite (the caller redoes the thread with scaled weights).
+template <typename T, int kM, int kTiles, int kU>
+__device__ __forceinline__ void ShufGemvUnit(const T* __restrict__ x, const Int4Geom& g, int unit,
+                                             const uint4 (&q)[kU][kTiles], const ShufRows<T> (&rows)[kTiles],
+                                             const float (&s)[kTiles][2], float (&acc)[kM][kTiles][2], bool& slow) {
+  using T2 = ShufT2<T>;
+  float part[kM][kTiles][2];
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) part[m][j][0] = part[m][j][1] = 0.0f;
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int kt = unit * kU + u;
+    T2 xp[kM][2][4];
+#pragma unroll
+    for (int m = 0; m < kM; ++m) LoadShufX<T>(x, g, m, kt, xp[m]);
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      T2 wr[2][2][4];
+      DecodeShufPiece<T, false>(q[u][j], rows[j], wr);
+#pragma unroll
+      for (int m = 0; m < kM; ++m)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) part[m][j][r] += ChainSum(wr[r][0], xp[m][0]) + ChainSum(wr[r][1], xp[m][1]);
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        slow |= !isfinite(part[m][j][r]);
+        acc[m][j][r] = fmaf(part[m][j][r], s[j][r], acc[m][j][r]);
+      }
+}
+
 // kMinBlocks: CTAs per SM that the M = 1 kernel must fit by registers (__launch_bounds__; M
 // tokens: kMinBlocks / M, whose sums need the registers). Uncapped, ptxas (nvcc 13.0) gives the
 // M = 1 kernel 167 registers (kTiles = 1) or 255 (kTiles = 2): 3 or 2 CTAs of 128 threads per SM.
@@ -463,36 +503,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks / kM > 0 ? kMinBlocks / k
         RowBlock(scales, zp, g, 16 * (nt0 + j) + p + 8, blk, &s[j][1], &z[1]);
         rows[j] = MakeShufRows<T>(s[j][0], z[0], s[j][1], z[1]);
       }
-      float part[kM][kTiles][2];
-#pragma unroll
-      for (int m = 0; m < kM; ++m)
-#pragma unroll
-        for (int j = 0; j < kTiles; ++j) part[m][j][0] = part[m][j][1] = 0.0f;
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int kt = unit * kU + u;
-        T2 xp[kM][2][4];
-#pragma unroll
-        for (int m = 0; m < kM; ++m) LoadShufX<T>(x, g, m, kt, xp[m]);
-#pragma unroll
-        for (int j = 0; j < kTiles; ++j) {
-          T2 wr[2][2][4];
-          DecodeShufPiece<T, false>(cur[u][j], rows[j], wr);
-#pragma unroll
-          for (int m = 0; m < kM; ++m)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) part[m][j][r] += ChainSum(wr[r][0], xp[m][0]) + ChainSum(wr[r][1], xp[m][1]);
-        }
-      }
-#pragma unroll
-      for (int m = 0; m < kM; ++m)
-#pragma unroll
-        for (int j = 0; j < kTiles; ++j)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            slow |= !isfinite(part[m][j][r]);
-            acc[m][j][r] = fmaf(part[m][j][r], s[j][r], acc[m][j][r]);
-          }
+      ShufGemvUnit<T, kM, kTiles, kU>(x, g, unit, cur, rows, s, acc, slow);
 #pragma unroll
       for (int u = 0; u < kU; ++u)
 #pragma unroll
@@ -533,38 +544,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks / kM > 0 ? kMinBlocks / k
       for (int d = 0; d < kD; ++d) {
         if (i0 + d < my_units) {
           const int unit = grp + kGroups * (i0 + d);
-          float part[kM][kTiles][2];
+          ShufRows<T> rows[kTiles];
 #pragma unroll
-          for (int m = 0; m < kM; ++m)
-#pragma unroll
-            for (int j = 0; j < kTiles; ++j) part[m][j][0] = part[m][j][1] = 0.0f;
-#pragma unroll
-          for (int u = 0; u < kU; ++u) {
-            const int kt = unit * kU + u;
-            T2 xp[kM][2][4];
-#pragma unroll
-            for (int m = 0; m < kM; ++m) LoadShufX<T>(x, g, m, kt, xp[m]);
-#pragma unroll
-            for (int j = 0; j < kTiles; ++j) {
-              const ShufRows<T> rows = MakeShufRows<T>(cs[d][j][0], cz[d][j][0], cs[d][j][1], cz[d][j][1]);
-              T2 wr[2][2][4];
-              DecodeShufPiece<T, false>(wq[d][u][j], rows, wr);
-#pragma unroll
-              for (int m = 0; m < kM; ++m)
-#pragma unroll
-                for (int r = 0; r < 2; ++r)
-                  part[m][j][r] += ChainSum(wr[r][0], xp[m][0]) + ChainSum(wr[r][1], xp[m][1]);
-            }
-          }
-#pragma unroll
-          for (int m = 0; m < kM; ++m)
-#pragma unroll
-            for (int j = 0; j < kTiles; ++j)
-#pragma unroll
-              for (int r = 0; r < 2; ++r) {
-                slow |= !isfinite(part[m][j][r]);
-                acc[m][j][r] = fmaf(part[m][j][r], cs[d][j][r], acc[m][j][r]);
-              }
+          for (int j = 0; j < kTiles; ++j)
+            rows[j] = MakeShufRows<T>(cs[d][j][0], cz[d][j][0], cs[d][j][1], cz[d][j][1]);
+          ShufGemvUnit<T, kM, kTiles, kU>(x, g, unit, wq[d], rows, cs[d], acc, slow);
         }
       }
       if (i0 + kD < my_units) load_chunk(i0 + kD);

@@ -59,8 +59,9 @@ __global__ void FillFloat(float* p, size_t n, float v) {
 // 16-byte streaming loads in flight; CTA b reads 16-byte vectors [b * per_cta, (b + 1) * per_cta).
 // Variants (ReadStreamLaunch): 0 one wave of 8 CTAs per SM, each a contiguous share; 1 16 KB per
 // CTA (the FP8 GEMV's many short CTAs); 2 64 KB per CTA; +10: the same with 28 KB of shared memory
-// per CTA, so at most 8 CTAs of any layer fit an SM (no room for the next layer's CTAs until this
-// layer's exit, as with the GEMVs' register caps). Nothing is written unless a checksum hits a
+// per CTA, so at most 7 CTAs of any layer fit an SM (28 KB + the 1 KB reserved per CTA: no room for
+// the next layer's CTAs until this layer's exit, as with the GEMVs' register caps; variant 10's
+// grid of 8 per SM then runs in two rounds). Nothing is written unless a checksum hits a
 // magic value.
 template <int kLoads>
 __global__ void __launch_bounds__(128)
@@ -84,8 +85,7 @@ cudaError_t ReadStreamLaunch(const uint8_t* w, size_t bytes, int variant, uint32
                              cudaStream_t s) {
   const int64_t n16 = int64_t(bytes / 16);
   const size_t smem = variant >= 10 ? 28 * 1024 : 0;
-  int sms = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const int sms = pyquant::CurrentDeviceSmCount();
   int64_t per_cta = 128 * 8;  // 16 KB
   if (variant % 10 == 0) per_cta = ((n16 + 8 * sms - 1) / (8 * sms) + 127) / 128 * 128;
   if (variant % 10 == 2) per_cta = 4 * 128 * 8;

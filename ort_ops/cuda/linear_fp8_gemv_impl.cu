@@ -371,21 +371,17 @@ void LaunchFusedScales(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cuda
   }
 }
 
-// kCtasPerSm > 0: the persistent kernel with at most that many CTAs per SM.
+// kCtasPerSm > 0: the persistent kernel with at most that many CTAs per SM (the same parameters).
 template <typename T, int kR, int kP, int kThreads, int kMinBlocks, int kCtasPerSm = 0>
 void LaunchChunk(const LinearFp8Problem& p, PdlMode pdl, cudaStream_t stream) {
+  auto kernel = fp8_gemv_chunk_kernel<T, 1, kR, kThreads, kP, kMinBlocks>;
+  int64_t ctas = (p.n + kR - 1) / kR;  // row groups
   if constexpr (kCtasPerSm > 0) {
-    const int64_t groups = (p.n + kR - 1) / kR;
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>(groups, int64_t{kCtasPerSm} * CurrentDeviceSmCount())));
-    (void)LaunchWithPdl(fp8_gemv_chunk_loop_kernel<T, 1, kR, kThreads, kP, kMinBlocks>, grid, dim3(kThreads), stream,
-                        pdl.launch, static_cast<const T*>(p.x), p.static_scale ? 1 : 0, p.x_scale, p.w, p.w_scale,
-                        static_cast<const T*>(p.bias), static_cast<T*>(p.y), static_cast<int>(p.n),
-                        static_cast<int>(p.k), pdl.weights_early);
-    return;
+    kernel = fp8_gemv_chunk_loop_kernel<T, 1, kR, kThreads, kP, kMinBlocks>;
+    ctas = std::min<int64_t>(ctas, int64_t{kCtasPerSm} * CurrentDeviceSmCount());
   }
-  const dim3 grid(static_cast<unsigned>((p.n + kR - 1) / kR));
-  (void)LaunchWithPdl(fp8_gemv_chunk_kernel<T, 1, kR, kThreads, kP, kMinBlocks>, grid, dim3(kThreads), stream,
-                      pdl.launch, static_cast<const T*>(p.x), p.static_scale ? 1 : 0, p.x_scale, p.w, p.w_scale,
+  (void)LaunchWithPdl(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), stream, pdl.launch,
+                      static_cast<const T*>(p.x), p.static_scale ? 1 : 0, p.x_scale, p.w, p.w_scale,
                       static_cast<const T*>(p.bias), static_cast<T*>(p.y), static_cast<int>(p.n), static_cast<int>(p.k),
                       pdl.weights_early);
 }

@@ -49,9 +49,18 @@ constexpr int64_t kFp8GemvAutoMaxM = 2;
 // CTAs per SM (spills): …-s47-whole / -chunk / -chunkcap-gemvmicro.log. In ORT's chain, same run,
 // default (5 / 6 by the rule below) against variant 0, us: 4096 x 14336 16.1 / 17.4, 14336 x 4096
 // 16.4 / 18.1, 8192^2 18.1 / 19.1 (…-s47-chunk-bench-cuda.md).
-// 7, 8 (session 47, not yet run; bench/device/gemv_micro.sh only, no op knob): variants 5 / 6 as
-// persistent CTAs, 4 / 2 per SM, walking the row groups: a layer then holds at most half of an SM,
-// for 4096^2, where the next layer's CTAs cannot start while one wave fills the SM (notes s47).
+// Measured and removed (session 48, code: git show a71bf1b, fp8_gemv_chunk_loop_kernel): variants 5
+// / 6 as persistent CTAs, 4 / 2 per SM, walking the row groups, so that a layer holds at most half
+// of an SM and the next layer's CTAs start early (a pure weight stream gains 0.2-0.4 us per layer on
+// 4096^2 that way, notes s47). Slower on all four layers at M = 1, us (H200, gemv_micro, 5 / 6 ->
+// persistent): 4096 x 14336 16.5 / 17.3 -> 20.7 / 21.3; 14336 x 4096 18.2 / 16.7 -> 19.8 / 18.8;
+// 4096^2 6.7 / 6.8 -> 6.9 / 7.2 (variant 0: 6.5): bench/results/2026-11-29-h200-s48-chunk-gemvmicro.log.
+// Measured and not kept (session 48: the chunk kernel's kM = 2 instances, launched for variants
+// 5-8 at M = 2), (rows, pieces, threads, CTAs per SM by registers) (4, 2, 128, 4), (8,
+// 1, 256, 2), (8, 1, 128, 4), (4, 2, 128, 6); slower than variant 2 on all four layers but one tie,
+// us, variant 2 against the best of them: 4096 x 14336 21.17 / 21.20; 14336 x 4096 19.26 / 20.04;
+// 8192^2 22.17 / 23.53; 4096^2 7.67 / 7.92 (…-s48-m2chunk-gemvmicro.log). Two tokens double the
+// per-weight FMAs and the per-piece X quantization while the bytes stay the same.
 constexpr int kFp8GemvFusedVariants = 7;  // 0 .. 6 reachable through PYQUANT_FP8_GEMV
 // Where the chunk kernel runs (else the variant falls back to 0).
 inline bool Fp8GemvChunkFits(const LinearFp8Problem& p) { return p.m == 1 && p.block_size == 0 && !p.weight_only; }

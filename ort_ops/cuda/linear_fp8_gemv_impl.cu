@@ -186,19 +186,19 @@ __global__ void __launch_bounds__(kThreads)
 // multiplied, so a CTA has kR * kP * kThreads * 16 bytes in flight at once instead of trickling
 // one piece per row behind the arithmetic (fp8_gemv_fused_kernel's SASS, linear_fp8_gemv.h). The
 // register cap (kMinBlocks CTAs per SM) keeps 128 KB of weights in flight per SM in both
-// variants. Where one chunk covers K, X is read once per CTA (each thread loads only the pieces it
+// variants. Written for kM tokens, instantiated at kM = 1 only (at M = 2 it lost to variant 2:
+// linear_fp8_gemv.h). Where one chunk covers K, X is read once per CTA (each thread loads only the pieces it
 // multiplies; the row amax meets across the CTA in one barrier); otherwise an amax pass over X
 // comes first, as in fp8_gemv_fused_kernel. Same arithmetic as that kernel (exact products, fp32
 // sums in another order).
-//   x [1, K] T, static_scale / x_scale: the static activation scale (else dynamic), w [N, K] e4m3,
-//   w_scale [N] float, bias [N] T or nullptr, y [1, N] T. grid.x = ceil(N / kR), block = kThreads.
-// Fp8ChunkRows is one CTA's work on rows n0 .. n0 + kR - 1; kFirst: the CTA's first row group
-// (the PDL calls, and its first chunk loaded before the wait). Every thread of the CTA calls it.
-template <typename T, int kM, int kR, int kThreads, int kP, bool kFirst>
-__device__ __forceinline__ void Fp8ChunkRows(const T* __restrict__ x, int static_scale, float x_scale,
-                                             const uint8_t* __restrict__ w, const float* __restrict__ w_scale,
-                                             const T* __restrict__ bias, T* __restrict__ y, int n, int k, int n0,
-                                             bool weights_early) {
+//   x [kM, K] T, static_scale / x_scale: the static activation scale (else dynamic), w [N, K] e4m3,
+//   w_scale [N] float, bias [N] T or nullptr, y [kM, N] T. grid.x = ceil(N / kR), block = kThreads.
+template <typename T, int kM, int kR, int kThreads, int kP, int kMinBlocks = 1>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    fp8_gemv_chunk_kernel(const T* __restrict__ x, int static_scale, float x_scale, const uint8_t* __restrict__ w,
+                          const float* __restrict__ w_scale, const T* __restrict__ bias, T* __restrict__ y, int n,
+                          int k, bool weights_early) {
+  const int n0 = blockIdx.x * kR;
   constexpr int kWarps = kThreads / 32, kStep = kP * kThreads;
   const int pieces = k >> 4;
   const bool one_chunk = pieces <= kStep;
@@ -226,12 +226,10 @@ __device__ __forceinline__ void Fp8ChunkRows(const T* __restrict__ x, int static
         xv[m][p][1] = c < pieces ? LoadCached16(xp + 8) : make_uint4(0, 0, 0, 0);
       }
   };
-  if constexpr (kFirst) {
-    PdlAllowDependents();
-    if (!weights_early) PdlWaitPrimary();
-  }
+  PdlAllowDependents();
+  if (!weights_early) PdlWaitPrimary();
   load_w(0);
-  if (kFirst && weights_early) PdlWaitPrimary();
+  if (weights_early) PdlWaitPrimary();
   float inv[kM], row_s[kM];
   if (static_scale) {
 #pragma unroll
@@ -314,35 +312,6 @@ __device__ __forceinline__ void Fp8ChunkRows(const T* __restrict__ x, int static
   }
 }
 
-template <typename T, int kM, int kR, int kThreads, int kP, int kMinBlocks = 1>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
-    fp8_gemv_chunk_kernel(const T* __restrict__ x, int static_scale, float x_scale, const uint8_t* __restrict__ w,
-                          const float* __restrict__ w_scale, const T* __restrict__ bias, T* __restrict__ y, int n,
-                          int k, bool weights_early) {
-  Fp8ChunkRows<T, kM, kR, kThreads, kP, true>(x, static_scale, x_scale, w, w_scale, bias, y, n, k, blockIdx.x * kR,
-                                              weights_early);
-}
-
-// Persistent chunk kernel (variants 7 / 8, experimental, micro-benchmark only, not yet run): fewer
-// CTAs than row groups (grid = a fraction of what fits), each walking row groups blockIdx.x,
-// + gridDim.x, ...: one layer holds at most half of an SM, so that under PDL the next layer's CTAs
-// are resident early and stream their first chunk while this layer drains (a pure stream gains
-// 0.2-0.4 us per layer on 4096^2 that way, where the GEMVs fill the SM with one wave: notes s47).
-template <typename T, int kM, int kR, int kThreads, int kP, int kMinBlocks>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
-    fp8_gemv_chunk_loop_kernel(const T* __restrict__ x, int static_scale, float x_scale, const uint8_t* __restrict__ w,
-                               const float* __restrict__ w_scale, const T* __restrict__ bias, T* __restrict__ y, int n,
-                               int k, bool weights_early) {
-  const int groups = (n + kR - 1) / kR;  // grid.x <= groups
-  Fp8ChunkRows<T, kM, kR, kThreads, kP, true>(x, static_scale, x_scale, w, w_scale, bias, y, n, k, blockIdx.x * kR,
-                                              weights_early);
-  for (int g = blockIdx.x + gridDim.x; g < groups; g += gridDim.x) {
-    __syncthreads();  // the previous group's shared-memory reductions are read
-    Fp8ChunkRows<T, kM, kR, kThreads, kP, false>(x, static_scale, x_scale, w, w_scale, bias, y, n, k, g * kR,
-                                                 weights_early);
-  }
-}
-
 namespace {
 
 template <typename T, int kR, int kThreads, bool kBlock, bool kExact, bool kWeightOnly = false>
@@ -371,16 +340,10 @@ void LaunchFusedScales(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cuda
   }
 }
 
-// kCtasPerSm > 0: the persistent kernel with at most that many CTAs per SM (the same parameters).
-template <typename T, int kR, int kP, int kThreads, int kMinBlocks, int kCtasPerSm = 0>
+// The chunk kernel at M = 1, its register cap kMinBlocks CTAs per SM.
+template <typename T, int kR, int kP, int kThreads, int kMinBlocks>
 void LaunchChunk(const LinearFp8Problem& p, PdlMode pdl, cudaStream_t stream) {
-  auto kernel = fp8_gemv_chunk_kernel<T, 1, kR, kThreads, kP, kMinBlocks>;
-  int64_t ctas = (p.n + kR - 1) / kR;  // row groups
-  if constexpr (kCtasPerSm > 0) {
-    kernel = fp8_gemv_chunk_loop_kernel<T, 1, kR, kThreads, kP, kMinBlocks>;
-    ctas = std::min<int64_t>(ctas, int64_t{kCtasPerSm} * CurrentDeviceSmCount());
-  }
-  (void)LaunchWithPdl(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), stream, pdl.launch,
+  (void)LaunchWithPdl(fp8_gemv_chunk_kernel<T, 1, kR, kThreads, kP, kMinBlocks>, dim3(static_cast<unsigned>((p.n + kR - 1) / kR)), dim3(kThreads), stream, pdl.launch,
                       static_cast<const T*>(p.x), p.static_scale ? 1 : 0, p.x_scale, p.w, p.w_scale,
                       static_cast<const T*>(p.bias), static_cast<T*>(p.y), static_cast<int>(p.n), static_cast<int>(p.k),
                       pdl.weights_early);
@@ -397,13 +360,12 @@ bool Fp8GemvFusedFits(const LinearFp8Problem& p, size_t elem_bytes) {
 template <typename T>
 cudaError_t LaunchFp8GemvFused(const LinearFp8Problem& p, int variant, PdlMode pdl, cudaStream_t stream) {
   const int bs_log2 = CeilLog2(p.block_size);  // 0 for per-channel scales (block_size 0)
-  if (variant >= 5 && variant <= 8 && Fp8GemvChunkFits(p)) {
-    // (rows, pieces per thread and chunk, threads, CTAs per SM by registers[, CTAs per SM launched])
-    switch (variant) {
-      case 5: LaunchChunk<T, 4, 2, 128, 8>(p, pdl, stream); break;
-      case 6: LaunchChunk<T, 8, 1, 256, 4>(p, pdl, stream); break;
-      case 7: LaunchChunk<T, 4, 2, 128, 8, 4>(p, pdl, stream); break;
-      default: LaunchChunk<T, 8, 1, 256, 4, 2>(p, pdl, stream);
+  if ((variant == 5 || variant == 6) && Fp8GemvChunkFits(p)) {
+    // (rows, pieces per thread and chunk, threads, CTAs per SM by registers)
+    if (variant == 5) {
+      LaunchChunk<T, 4, 2, 128, 8>(p, pdl, stream);
+    } else {
+      LaunchChunk<T, 8, 1, 256, 4>(p, pdl, stream);
     }
     return cudaGetLastError();
   }

@@ -637,8 +637,8 @@ cudaError_t LaunchLinearFp8Impl(const LinearFp8Problem& p, Fp8Workspace ws, cuda
     // Decode: quantization fused into the GEMV (no xq round trip, one launch), unless the Hopper
     // GEMM was asked for at this M.
     // "fused", "fused1".."fused4", "fused5", "fused6"
-    const bool fused_knob =
-        (opt.gemv >= 3 && opt.gemv < kFp8GemvMmaSplit) || opt.gemv == kFp8GemvFused5 || opt.gemv == kFp8GemvFused5 + 1;
+    const bool fused_knob = (opt.gemv >= 3 && opt.gemv < kFp8GemvMmaSplit) ||
+                            (opt.gemv >= kFp8GemvFused5 && opt.gemv < kFp8GemvFused5 + kFp8GemvFusedVariants - 5);
     const int fused_variant = opt.gemv >= kFp8GemvFused5 ? 5 + opt.gemv - kFp8GemvFused5 : opt.gemv - 3;
     const bool fused_allowed =
         ((Fp8AutoLike(opt) || opt.gemv == kFp8GemvNoStaged) && p.m <= kFp8GemvAutoMaxM) || fused_knob;

@@ -193,10 +193,9 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 //     registers]) configuration v: 0: (4, 1, 128, 4), 1: (8, 1, 128, 4), 2: (2, 1, 128, 4),
 //     3: (4, 2, 128, 4), 4: (8, 2, 128, 4), 5: (8, 1, 128, 4, 8), 8: (8, 1, 256, 4, 4),
 //     10: (8, 1, 512, 4, 2), 12: (8, 1, 128, 4, 7), up to M = kInt4ShuffledGemvMaxM (another
-//     number runs configuration 0). Chunk mode (session 47, compiled and CPU-checked only, not
-//     yet run on a GPU; matmul_int4_shuffled_impl.cu, kD units per chunk issued together):
-//     (pieces, tiles, threads, k-tiles per unit, CTAs per SM, kD) 15: (8, 1, 128, 4, 4, 4),
-//     16: (8, 1, 256, 4, 3, 2), 17: (8, 1, 128, 4, 6, 2), 18: (8, 1, 512, 4, 2, 1). Measured in session 36 and removed, slower than these on every
+//     number runs configuration 0). Chunk mode (matmul_int4_shuffled_impl.cu, kD units per
+//     chunk issued together with their scales): (pieces, tiles, threads, k-tiles per unit, CTAs
+//     per SM, kD) 16: (8, 1, 256, 4, 4, 1), 18: (8, 1, 512, 4, 2, 1). Measured in session 36 and removed, slower than these on every
 //     shape (…-s36-shufregs-bench-cuda.md, …-s36-gemvcaps-bench-cuda.md; code: git show b075a9a):
 //     6: (4, 1, 128, 4, 8), 7: (4, 2, 128, 4, 4), 9: (4, 1, 256, 4, 4), 11: (4, 2, 256, 4, 2),
 //     13: (8, 1, 128, 4, 6), 14: (8, 1, 256, 4, 3).
@@ -263,19 +262,23 @@ constexpr int kInt4ShufGemvCtasPerSm128 = 8;    // configuration 5, 128 threads,
 constexpr int kInt4ShufGemvCtasPerSm128M1 = 7;  // configuration 12, 128 threads, 72 registers
 constexpr int kInt4ShufGemvCtasPerSm256 = 4;    // configuration 8
 constexpr int kInt4ShufGemvCtasPerSm512 = 2;    // configuration 10
+// Session 48: at M = 1 the chunk-mode forms of 10 / 8 (18 / 16: each unit's scales loaded with its
+// weights; matmul_int4_shuffled_impl.cu). H200, gemv_micro, us, 10 / 8 -> 18 / 16: 14336 x 4096
+// 10.54 -> 9.67, 8192^2 12.37 -> 10.94, 4096^2 4.18 -> 4.17
+// (bench/results/2026-11-29-h200-s48-m2chunk-gemvmicro.log); M = 2-4 not measured.
 constexpr int Int4ShuffledGemvDefaultConfig(int64_t n, int64_t m, int sms) {
   const int64_t ctas = n / 16;
   const int64_t per_sm_512 = kInt4ShufGemvCtasPerSm512 / m, per_sm_256 = kInt4ShufGemvCtasPerSm256 / m,
                 per_sm_128 = kInt4ShufGemvCtasPerSm128 / m;
-  if (per_sm_512 > 0 && ctas <= sms * per_sm_512) return 10;
-  if (per_sm_256 > 0 && ctas <= sms * per_sm_256) return 8;
+  if (per_sm_512 > 0 && ctas <= sms * per_sm_512) return m == 1 ? 18 : 10;
+  if (per_sm_256 > 0 && ctas <= sms * per_sm_256) return m == 1 ? 16 : 8;
   if (m == 1) return 12;
   if (ctas <= sms * per_sm_128) return 5;
   return -1;
 }
 // The measured cases above, on an H100's 132 SMs.
-static_assert(Int4ShuffledGemvDefaultConfig(14336, 1, 132) == 12 && Int4ShuffledGemvDefaultConfig(8192, 1, 132) == 8 &&
-                  Int4ShuffledGemvDefaultConfig(4096, 1, 132) == 10,
+static_assert(Int4ShuffledGemvDefaultConfig(14336, 1, 132) == 12 && Int4ShuffledGemvDefaultConfig(8192, 1, 132) == 16 &&
+                  Int4ShuffledGemvDefaultConfig(4096, 1, 132) == 18,
               "M = 1: 128 / 256 / 512 threads by N");
 static_assert(Int4ShuffledGemvDefaultConfig(14336, 2, 132) == -1 && Int4ShuffledGemvDefaultConfig(8192, 2, 132) == 5 &&
                   Int4ShuffledGemvDefaultConfig(4096, 2, 132) == 8 &&

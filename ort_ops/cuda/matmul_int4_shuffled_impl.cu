@@ -434,13 +434,18 @@ __device__ __forceinline__ void ShufGemvUnit(const T* __restrict__ x, const Int4
 // kMinBlocks: CTAs per SM that the M = 1 kernel must fit by registers (__launch_bounds__; M
 // tokens: kMinBlocks / M, whose sums need the registers). Uncapped, ptxas (nvcc 13.0) gives the
 // M = 1 kernel 167 registers (kTiles = 1) or 255 (kTiles = 2): 3 or 2 CTAs of 128 threads per SM.
-// kD > 0 (chunk mode, configurations 15-18, session 47, not measured yet): the thread's units come
-// in chunks of kD whose loads (weights, scales and zero points) are all issued together, the first
-// chunk before the PDL wait and the next after the current one's arithmetic, instead of one unit
-// ahead: the FP8 GEMV's chunk kernel took 4096 x 14336 at M = 1 from 81 to 87 % of the floor that
-// way (linear_fp8_gemv.h), and this kernel's M = 1 instance (configuration 12: one wave, 4 units
-// per thread on K = 4096, the next unit's loads issued after the current one's arithmetic, SASS
-// notes s46) waits about one DRAM round trip per unit.
+// kD > 0 (chunk mode, configurations 16 / 18, the M = 1 default on N <= 8448 since session 48): the
+// thread's units come in chunks of kD whose loads (weights, and the unit's scales and zero points
+// with them) are all issued together, the first chunk before the PDL wait and the next after the
+// current one's arithmetic. At kD = 1 that is configurations 8 / 10 with the scales fetched beside
+// the weights, not after them: without it each unit's RowBlock loads are an L2 round trip between
+// the weights' arrival and the arithmetic, which 8-16 warps per SM do not hide as configuration
+// 12's 28 do. H200, gemv_micro, M = 1, us, kD = 0 -> 1: 14336 x 4096 (512 threads) 10.54 -> 9.67;
+// 8192^2 (256 threads) 12.37 -> 10.94; 4096^2 (512) 4.18 -> 4.17. Measured and removed: kD = 2 / 4
+// (configurations 15 / 17 of session 47: 128 threads, 4 and 6 CTAs per SM; then 7 CTAs, kD = 1 / 2,
+// and 8 CTAs, kD = 2), whose register caps cost the one-wave grid on 4096 x 14336 or spilled:
+// 4096 x 14336 10.20-13.62 against configuration 12's 9.81-9.89, and slower on the other layers
+// (bench/results/2026-11-29-h200-s48-chunk-gemvmicro.log, …-s48-m2chunk-gemvmicro.log).
 template <typename T, int kM, int kP, int kTiles, int kThreads, int kU, int kMinBlocks = 1, int kD = 0>
 __global__ void __launch_bounds__(kThreads, kMinBlocks / kM > 0 ? kMinBlocks / kM : 1)
     int4_shuffled_gemv_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
@@ -781,11 +786,16 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
           LaunchShufGemv<T, 8, 1, 128, 4, kInt4ShufGemvCtasPerSm128M1>(x, p.b, s, p.zero_points, bias, y, g, pdl,
                                                                        stream);
           break;
-        // chunk mode (kD units per chunk; min CTAs per SM): not measured yet
-        case 15: LaunchShufGemv<T, 8, 1, 128, 4, 4, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
-        case 16: LaunchShufGemv<T, 8, 1, 256, 4, 3, 2>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
-        case 17: LaunchShufGemv<T, 8, 1, 128, 4, 6, 2>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
-        case 18: LaunchShufGemv<T, 8, 1, 512, 4, 2, 1>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream); break;
+        // chunk mode (kD = 1 unit per chunk): configurations 8 / 10 with the next unit's loads
+        // issued after the current unit's arithmetic (the M = 1 default, session 48)
+        case 16:
+          LaunchShufGemv<T, 8, 1, 256, 4, kInt4ShufGemvCtasPerSm256, 1>(x, p.b, s, p.zero_points, bias, y, g, pdl,
+                                                                       stream);
+          break;
+        case 18:
+          LaunchShufGemv<T, 8, 1, 512, 4, kInt4ShufGemvCtasPerSm512, 1>(x, p.b, s, p.zero_points, bias, y, g, pdl,
+                                                                       stream);
+          break;
         default: LaunchShufGemv<T, 4, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
       }
       return cudaGetLastError();

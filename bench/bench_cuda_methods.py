@@ -142,8 +142,8 @@ _PLAIN = {"PYQUANT_INT4_SHUFFLE": "0"}  # B read row-major as stored (the kernel
 METHOD_ENV = {
     # B row-major (no in-place shuffle): the Hopper default before session 9
     "pyquant_int4_plain": _PLAIN,
-    # the shuffled-order kernels' variants (PYQUANT_INT4_SHUF_VARIANT: 0..7 mma.sync, 10..15, 18, 20, 22, 26, 28 GEMV,
-    # 40..42 staged, 60..68 the piece mma kernel;
+    # the shuffled-order kernels' variants (PYQUANT_INT4_SHUF_VARIANT: 0..7 mma.sync, 10..15, 18, 20,
+    # 22, 26, 28 GEMV, 40..42 staged, 60..68 the piece mma kernel;
     # matmul_int4.h) and the Hopper GEMM's start over them (sm90 from M)
     # (every layer the order tiles, PYQUANT_INT4_SHUFFLE=all, not only the default's large ones)
     "pyquant_int4_all": {"PYQUANT_INT4_SHUFFLE": "all"},

@@ -343,7 +343,8 @@ void LaunchFusedScales(const LinearFp8Problem& p, int bs_log2, PdlMode pdl, cuda
 // The chunk kernel at M = 1, its register cap kMinBlocks CTAs per SM.
 template <typename T, int kR, int kP, int kThreads, int kMinBlocks>
 void LaunchChunk(const LinearFp8Problem& p, PdlMode pdl, cudaStream_t stream) {
-  (void)LaunchWithPdl(fp8_gemv_chunk_kernel<T, 1, kR, kThreads, kP, kMinBlocks>, dim3(static_cast<unsigned>((p.n + kR - 1) / kR)), dim3(kThreads), stream, pdl.launch,
+  (void)LaunchWithPdl(fp8_gemv_chunk_kernel<T, 1, kR, kThreads, kP, kMinBlocks>,
+                      dim3(static_cast<unsigned>((p.n + kR - 1) / kR)), dim3(kThreads), stream, pdl.launch,
                       static_cast<const T*>(p.x), p.static_scale ? 1 : 0, p.x_scale, p.w, p.w_scale,
                       static_cast<const T*>(p.bias), static_cast<T*>(p.y), static_cast<int>(p.n), static_cast<int>(p.k),
                       pdl.weights_early);

@@ -790,11 +790,11 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
         // issued after the current unit's arithmetic (the M = 1 default, session 48)
         case 16:
           LaunchShufGemv<T, 8, 1, 256, 4, kInt4ShufGemvCtasPerSm256, 1>(x, p.b, s, p.zero_points, bias, y, g, pdl,
-                                                                       stream);
+                                                                        stream);
           break;
         case 18:
           LaunchShufGemv<T, 8, 1, 512, 4, kInt4ShufGemvCtasPerSm512, 1>(x, p.b, s, p.zero_points, bias, y, g, pdl,
-                                                                       stream);
+                                                                        stream);
           break;
         default: LaunchShufGemv<T, 4, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
       }

@@ -7,7 +7,7 @@
 # are the chunk kernel's since session 47): 64 s to build the FP8 file alone on the H200 machine.
 # Writes $OUT/<date>-<tag>-gemvmicro.log. Usage: bash bench/device/gemv_micro.sh <tag>
 #   OPS="fp8 int4" (default both); FP8_M1 / FP8_M2 / FP8_M4: FP8 variant lists at M = 1 / 2 / 4;
-#   INT4_M1 / INT4_M2: INT4 variant lists; SWEEP=1: the FP8 GEMV at M = 1 over N = 1024-28672
+#   INT4_M1 / INT4_M2 / INT4_M4: INT4 variant lists (M = 4: none by default); SWEEP=1: the FP8 GEMV at M = 1 over N = 1024-28672
 #   (K = 4096), for the per-layer fixed cost (time = a + bytes / b), with PDL's early weight loads,
 #   PDL alone and no PDL (GEMV_MICRO_PDL, gemv_micro.cu), beside a pure weight stream of the same
 #   bytes (op "read", variants READ_VARIANTS: the time any M = 1 kernel could reach in this chain).
@@ -41,6 +41,7 @@ srcs="bench/device/gemv_micro.cu ort_ops/cuda/linear_fp8_gemv_impl.cu ort_ops/cu
       else
         $bin int4 $kn 1 ${INT4_M1:--1,20,22,26,28} 8 200 7
         $bin int4 $kn 2 ${INT4_M2:--1,11} 8 200 7
+        [ -n "${INT4_M4:-}" ] && $bin int4 $kn 4 $INT4_M4 8 200 7
       fi
     done
   done

@@ -265,7 +265,11 @@ constexpr int kInt4ShufGemvCtasPerSm512 = 2;    // configuration 10
 // Session 48: at M = 1 the chunk-mode forms of 10 / 8 (18 / 16: each unit's scales loaded with its
 // weights; matmul_int4_shuffled_impl.cu). H200, gemv_micro, us, 10 / 8 -> 18 / 16: 14336 x 4096
 // 10.54 -> 9.67, 8192^2 12.37 -> 10.94, 4096^2 4.18 -> 4.17
-// (bench/results/2026-11-29-h200-s48-m2chunk-gemvmicro.log); M = 2-4 not measured.
+// (bench/results/2026-11-29-h200-s48-m2chunk-gemvmicro.log). At M = 2 / 4 no GEMV configuration
+// (8, 10, 16, 18, or 5 in chunk mode, measured and removed; 15 at M = 4) comes near the default's
+// piece mma kernel on the four benchmark layers: M = 2, us, default against the best GEMV: 4096 x
+// 14336 11.6 / 14.5, 14336 x 4096 10.8 / 13.4, 8192^2 13.0 / 14.7, 4096^2 4.9 / 5.4
+// (…-s48-m2int4-gemvmicro.log).
 constexpr int Int4ShuffledGemvDefaultConfig(int64_t n, int64_t m, int sms) {
   const int64_t ctas = n / 16;
   const int64_t per_sm_512 = kInt4ShufGemvCtasPerSm512 / m, per_sm_256 = kInt4ShufGemvCtasPerSm256 / m,

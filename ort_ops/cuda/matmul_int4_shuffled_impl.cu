@@ -796,10 +796,6 @@ cudaError_t LaunchMatMulInt4Shuffled(const MatMulInt4Problem& p, cudaStream_t st
           LaunchShufGemv<T, 8, 1, 512, 4, kInt4ShufGemvCtasPerSm512, 1>(x, p.b, s, p.zero_points, bias, y, g, pdl,
                                                                         stream);
           break;
-        case 19:  // session 48, measured at M = 2 / 4 only (bench/device/gemv_micro.sh)
-          LaunchShufGemv<T, 8, 1, 128, 4, kInt4ShufGemvCtasPerSm128, 1>(x, p.b, s, p.zero_points, bias, y, g, pdl,
-                                                                        stream);
-          break;
         default: LaunchShufGemv<T, 4, 1, 128, 4>(x, p.b, s, p.zero_points, bias, y, g, pdl, stream);
       }
       return cudaGetLastError();

@@ -19,6 +19,7 @@ bin=/tmp/gemv_micro
 obj=/tmp/gemv_micro_obj
 mkdir -p $obj
 srcs="bench/device/gemv_micro.cu ort_ops/cuda/linear_fp8_gemv_impl.cu ort_ops/cuda/matmul_int4_shuffled_impl.cu
+  ort_ops/cuda/matmul_int4_shuffled_gemv_impl.cu
   ort_ops/cuda/matmul_int4_shuffled_piece_impl.cu ort_ops/cuda/matmul_int4_shuffled_wide_impl.cu
   ort_ops/cuda/matmul_int4_staged_impl.cu ort_ops/cuda/staged_split.cc"
 {

@@ -173,7 +173,7 @@ cudaError_t PrepareMatMulInt4Sm90(const MatMulInt4Problem& p, bool with_b_copy, 
 template <typename T>
 cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream);
 
-// Kernels on the shuffled weight order (layout/int4_shuffled.h; matmul_int4_shuffled_impl.cu),
+// Kernels on the shuffled weight order (layout/int4_shuffled.h; matmul_int4_shuffled_*impl.cu),
 // for a node whose B the op rewrote in place:
 //   Int4ShuffledWeightBytes(n, k): N * K / 2 when the op shuffles this shape (N % 128 == 0,
 //     K % 64 == 0), else 0;
@@ -193,7 +193,7 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 //     registers]) configuration v: 0: (4, 1, 128, 4), 1: (8, 1, 128, 4), 2: (2, 1, 128, 4),
 //     3: (4, 2, 128, 4), 4: (8, 2, 128, 4), 5: (8, 1, 128, 4, 8), 8: (8, 1, 256, 4, 4),
 //     10: (8, 1, 512, 4, 2), 12: (8, 1, 128, 4, 7), up to M = kInt4ShuffledGemvMaxM (another
-//     number runs configuration 0). Chunk mode (matmul_int4_shuffled_impl.cu, kD units per
+//     number runs configuration 0). Chunk mode (matmul_int4_shuffled_gemv_impl.cu, kD units per
 //     chunk issued together with their scales): (pieces, tiles, threads, k-tiles per unit, CTAs
 //     per SM, kD) 16: (8, 1, 256, 4, 4, 1), 18: (8, 1, 512, 4, 2, 1). Measured in session 36 and removed, slower than these on every
 //     shape (…-s36-shufregs-bench-cuda.md, …-s36-gemvcaps-bench-cuda.md; code: git show b075a9a):
@@ -257,13 +257,13 @@ constexpr int64_t kInt4ShuffledGemvMaxM = 4;
 // mma kernel from M = 2 (14.7 against 15.8).
 // The CTAs per SM these configurations' register caps guarantee at M = 1 (their kMinBlocks; at M
 // tokens that count / M): one source for the rule below and the launches
-// (matmul_int4_shuffled_impl.cu).
+// (matmul_int4_shuffled_gemv_impl.cu).
 constexpr int kInt4ShufGemvCtasPerSm128 = 8;    // configuration 5, 128 threads, 64 registers
 constexpr int kInt4ShufGemvCtasPerSm128M1 = 7;  // configuration 12, 128 threads, 72 registers
 constexpr int kInt4ShufGemvCtasPerSm256 = 4;    // configuration 8
 constexpr int kInt4ShufGemvCtasPerSm512 = 2;    // configuration 10
 // Session 48: at M = 1 the chunk-mode forms of 10 / 8 (18 / 16: each unit's scales loaded with its
-// weights; matmul_int4_shuffled_impl.cu). H200, gemv_micro, us, 10 / 8 -> 18 / 16: 14336 x 4096
+// weights; matmul_int4_shuffled_gemv_impl.cu). H200, gemv_micro, us, 10 / 8 -> 18 / 16: 14336 x 4096
 // 10.54 -> 9.67, 8192^2 12.37 -> 10.94, 4096^2 4.18 -> 4.17
 // (bench/results/2026-11-29-h200-s48-m2chunk-gemvmicro.log). At M = 2 / 4 no GEMV configuration
 // (8, 10, 16, 18, or 5 in chunk mode, measured and removed; 15 at M = 4) comes near the default's

@@ -1,6 +1,8 @@
 // Device building blocks of the kernels on the shuffled weight order (layout/int4_shuffled.h),
-// shared by matmul_int4_shuffled_impl.cu (GEMV, register mma kernel, reference, the rewrite) and
-// matmul_int4_shuffled_wide_impl.cu (the shared-memory mma kernel), plus the latter's launcher.
+// shared by matmul_int4_shuffled_impl.cu (register mma kernel, reference, the rewrite, the
+// dispatch), matmul_int4_shuffled_gemv_impl.cu (the CUDA-core GEMV) and
+// matmul_int4_shuffled_{wide,piece}_impl.cu (the shared-memory and piece mma kernels), plus their
+// launchers.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -123,6 +125,14 @@ cudaError_t LaunchInt4ShufWide(int variant, int fill, const T* x, const uint8_t*
 // < 0 for Int4ShuffledPieceDefaultConfig(N, M, sms); paired: the kernels with the MMAs regrouped so that X
 // needs no register moves (Int4ShufKnobs::piece_paired). Needs K % 64 == 0, N % 128 == 0,
 // block_size >= 64 and 16-byte aligned X (else cudaErrorInvalidValue). Returns the launch status.
+// The CUDA-core GEMV (matmul_int4_shuffled_gemv_impl.cu) for B in the shuffled order, M <=
+// kInt4ShuffledGemvMaxM: configuration `config` of kInt4ShuffledGemvVariantBase's table
+// (matmul_int4.h; another number runs configuration 0). Needs 16-byte aligned X and the
+// preconditions of LaunchMatMulInt4Shuffled. Returns the launch status.
+template <typename T>
+cudaError_t LaunchInt4ShufGemv(int config, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias,
+                               T* y, const cuda_detail::Int4Geom& g, PdlMode pdl, cudaStream_t stream);
+
 template <typename T>
 cudaError_t LaunchInt4ShufPiece(int config, bool paired, int sms, const T* x, const uint8_t* b, const T* s,
                                 const uint8_t* zp, const T* bias, T* y, const cuda_detail::Int4Geom& g, PdlMode pdl,

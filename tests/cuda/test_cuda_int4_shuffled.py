@@ -1,6 +1,6 @@
 """MatMulInt4 on a B that the CUDA op rewrote in place in the shuffled order
 (ort_ops/layout/int4_shuffled.h; matmul_int4_op.cc ShuffleInPlace; kernels in
-matmul_int4_shuffled_impl.cu and the Hopper GEMM), against the float64 reference of the
+matmul_int4_shuffled_*impl.cu and the Hopper GEMM), against the float64 reference of the
 row-major codes: every M range (CUDA-core GEMV, mma.sync kernel at MT8 = 1 / 2 / 4 / 8 with
 grid.y beyond, the wide shared-memory kernel, the Hopper GEMM), every kernel variant, block
 sizes 64 / 128 / 256, symmetric and asymmetric (random codes and zero points over 0..15), bias,

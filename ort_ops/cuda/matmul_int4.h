@@ -195,7 +195,9 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 //     10: (8, 1, 512, 4, 2), 12: (8, 1, 128, 4, 7), up to M = kInt4ShuffledGemvMaxM (another
 //     number runs configuration 0). Chunk mode (matmul_int4_shuffled_gemv_impl.cu, kD units per
 //     chunk issued together with their scales): (pieces, tiles, threads, k-tiles per unit, CTAs
-//     per SM, kD) 16: (8, 1, 256, 4, 4, 1), 18: (8, 1, 512, 4, 2, 1). Measured in session 36 and removed, slower than these on every
+//     per SM, kD) 16: (8, 1, 256, 4, 4, 1), 18: (8, 1, 512, 4, 2, 1). 20 (session 48, compiled
+//     only, not yet run on a GPU): configuration 12 with each next unit's scales loaded with its
+//     weights, before the current unit's arithmetic (kScalesAhead; 72 registers, no spills). Measured in session 36 and removed, slower than these on every
 //     shape (…-s36-shufregs-bench-cuda.md, …-s36-gemvcaps-bench-cuda.md; code: git show b075a9a):
 //     6: (4, 1, 128, 4, 8), 7: (4, 2, 128, 4, 4), 9: (4, 1, 256, 4, 4), 11: (4, 2, 256, 4, 2),
 //     13: (8, 1, 128, 4, 6), 14: (8, 1, 256, 4, 3).

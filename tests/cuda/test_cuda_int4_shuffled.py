@@ -155,13 +155,13 @@ def test_int4_shuffled_split_deterministic(rng, variant_m):
         assert np.array_equal(run_cuda(sess, x, n, dtype), first)
 
 
-@pytest.mark.parametrize("variant", [10, 11, 12, 13, 14, 15, 18, 20, 22, 26, 28])
+@pytest.mark.parametrize("variant", [10, 11, 12, 13, 14, 15, 18, 20, 22, 26, 28, 30])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_int4_shuffled_gemv_variants(rng, variant, dtype, symmetric):
     """Each CUDA-core GEMV configuration at M = 1..4 (M = 5 goes to the mma kernel); K = 4160
     leaves the threads uneven piece counts (65 units of 64 k; chunk mode, 26 / 28: one unit per
-    chunk, scales loaded with it)."""
+    chunk, scales loaded with it; 30: the next unit's scales loaded with its weights)."""
     k, n, bs = 4160, 384, 64
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
     sess = _shuffled_session(model, PYQUANT_INT4_SHUF_VARIANT=str(variant))

@@ -187,10 +187,10 @@ __global__ void __launch_bounds__(kThreads)
 // one piece per row behind the arithmetic (fp8_gemv_fused_kernel's SASS, linear_fp8_gemv.h). The
 // register cap (kMinBlocks CTAs per SM) keeps 128 KB of weights in flight per SM in both
 // variants. Written for kM tokens, instantiated at kM = 1 only (at M = 2 it lost to variant 2:
-// linear_fp8_gemv.h). Where one chunk covers K, X is read once per CTA (each thread loads only the pieces it
-// multiplies; the row amax meets across the CTA in one barrier); otherwise an amax pass over X
-// comes first, as in fp8_gemv_fused_kernel. Same arithmetic as that kernel (exact products, fp32
-// sums in another order).
+// linear_fp8_gemv.h). Where one chunk covers K, X is read once per CTA (each thread loads only the
+// pieces it multiplies; the row amax meets across the CTA in one barrier); otherwise an amax pass
+// over X comes first, as in fp8_gemv_fused_kernel. Same arithmetic as that kernel (exact products,
+// fp32 sums in another order).
 //   x [kM, K] T, static_scale / x_scale: the static activation scale (else dynamic), w [N, K] e4m3,
 //   w_scale [N] float, bias [N] T or nullptr, y [kM, N] T. grid.x = ceil(N / kR), block = kThreads.
 template <typename T, int kM, int kR, int kThreads, int kP, int kMinBlocks = 1>

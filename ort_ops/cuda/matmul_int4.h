@@ -197,8 +197,8 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 //     chunk issued together with their scales): (pieces, tiles, threads, k-tiles per unit, CTAs
 //     per SM, kD) 16: (8, 1, 256, 4, 4, 1), 18: (8, 1, 512, 4, 2, 1). 20 (session 48, compiled
 //     only, not yet run on a GPU): configuration 12 with each next unit's scales loaded with its
-//     weights, before the current unit's arithmetic (kScalesAhead; 72 registers, no spills). Measured in session 36 and removed, slower than these on every
-//     shape (…-s36-shufregs-bench-cuda.md, …-s36-gemvcaps-bench-cuda.md; code: git show b075a9a):
+//     weights, before the current unit's arithmetic (kScalesAhead; 72 registers, no spills).
+//     Measured in session 36 and removed, slower than these on every shape (…-s36-shufregs-bench-cuda.md, …-s36-gemvcaps-bench-cuda.md; code: git show b075a9a):
 //     6: (4, 1, 128, 4, 8), 7: (4, 2, 128, 4, 4), 9: (4, 1, 256, 4, 4), 11: (4, 2, 256, 4, 2),
 //     13: (8, 1, 128, 4, 6), 14: (8, 1, 256, 4, 3).
 //   LaunchMatMulInt4ShuffledRef: one thread per output through Int4ShuffledCodeAt.
@@ -267,11 +267,12 @@ constexpr int kInt4ShufGemvCtasPerSm512 = 2;    // configuration 10
 // Session 48: at M = 1 the chunk-mode forms of 10 / 8 (18 / 16: each unit's scales loaded with its
 // weights; matmul_int4_shuffled_gemv_impl.cu). H200, gemv_micro, us, 10 / 8 -> 18 / 16: 14336 x 4096
 // 10.54 -> 9.67, 8192^2 12.37 -> 10.94, 4096^2 4.18 -> 4.17
-// (bench/results/2026-11-29-h200-s48-m2chunk-gemvmicro.log). At M = 2 / 4 no GEMV configuration
-// (8, 10, 16, 18, or 5 in chunk mode, measured and removed; 15 at M = 4) comes near the default's
-// piece mma kernel on the four benchmark layers: M = 2, us, default against the best GEMV: 4096 x
-// 14336 11.6 / 14.5, 14336 x 4096 10.8 / 13.4, 8192^2 13.0 / 14.7, 4096^2 4.9 / 5.4
-// (…-s48-m2int4-gemvmicro.log).
+// (bench/results/2026-11-29-h200-s48-m2chunk-gemvmicro.log); in ORT's chain, same run, 14336 x
+// 4096 11.1 -> 10.4, 8192^2 12.2 -> 10.9, 4096^2 4.0 -> 4.1 (…-s48-chunk1-bench-cuda.md). At M = 2 /
+// 4 no GEMV configuration (8, 10, 16, 18, or 5 in chunk mode, measured and removed; 15 at M = 4)
+// comes near the default's mma kernels (piece or register) on the four benchmark layers: M = 2,
+// us, default against the best GEMV: 4096 x 14336 11.6 / 14.5, 14336 x 4096 10.8 / 13.4, 8192^2
+// 13.0 / 14.7, 4096^2 4.9 / 5.4 (…-s48-m2int4-gemvmicro.log).
 constexpr int Int4ShuffledGemvDefaultConfig(int64_t n, int64_t m, int sms) {
   const int64_t ctas = n / 16;
   const int64_t per_sm_512 = kInt4ShufGemvCtasPerSm512 / m, per_sm_256 = kInt4ShufGemvCtasPerSm256 / m,

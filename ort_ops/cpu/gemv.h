@@ -83,10 +83,12 @@ inline int64_t GemvRowsPerTask(int64_t n, int64_t row_bytes) {
 //   rows(n0, n1, acc, ld_acc) fills acc[mi * ld_acc + (j - n0)] (mi < m, n0 <= j < n1) with the
 //   float sums of output column j for row mi of X; store(mi, j, sum) then writes Y[mi, j].
 // Shared by MatMulInt4 and LinearFp8 so that both split and reduce work the same way.
+// align: the tasks' first rows are multiples of it (a power of two >= 4; the packed int8 kernel's
+// 16-row panels).
 template <typename Rows, typename Store>
-void RunGemvTasks(OrtKernelContext* ctx, int64_t m, int64_t n, int64_t row_bytes, const Rows& rows,
-                  const Store& store) {
-  const int64_t rows_per_task = GemvRowsPerTask(n, row_bytes);
+void RunGemvTasks(OrtKernelContext* ctx, int64_t m, int64_t n, int64_t row_bytes, const Rows& rows, const Store& store,
+                  int64_t align = 4) {
+  const int64_t rows_per_task = (GemvRowsPerTask(n, row_bytes) + align - 1) / align * align;
   const int64_t tasks = (n + rows_per_task - 1) / rows_per_task;
   ParallelFor(ctx, static_cast<size_t>(tasks), [&](size_t t) {
     const int64_t n0 = static_cast<int64_t>(t) * rows_per_task;

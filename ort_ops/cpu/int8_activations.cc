@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -168,6 +169,62 @@ void Int4Int8RowsBase(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y,
 }
 
 }  // namespace int8_isa
+
+namespace {
+
+template <class ST>
+void PackScales(const ST* scales, const uint8_t* zp, int64_t n, int64_t nb, Int4Int8Packed* out) {
+  const int64_t zp_row_bytes = (nb + 1) / 2;
+  for (int64_t row = 0; row < out->panels() * 16; ++row) {
+    const int64_t p = row / 16, r = row % 16;
+    for (int64_t blk = 0; blk < nb; ++blk) {
+      const size_t at = static_cast<size_t>((p * nb + blk) * 16 + r);
+      out->scales[at] = row < n ? ToFloat(scales[row * nb + blk]) : 0.0f;
+      if (zp) out->zp[at] = row < n ? Int4ZeroPointAt(zp + row * zp_row_bytes, blk) : 0;
+    }
+  }
+}
+
+}  // namespace
+
+void PackInt4Int8(const uint8_t* b, const void* scales, ScaleType scale_type, const uint8_t* zp, int64_t n,
+                  int64_t n_blocks, int64_t block_size, Int4Int8Packed* out) {
+  out->n = n, out->n_blocks = n_blocks, out->block_size = block_size;
+  const int64_t row_bytes = n_blocks * block_size / 2;  // a multiple of 8 (block_size >= 16)
+  out->quads = row_bytes / 4;
+  const int64_t panels = out->panels();
+  out->codes.assign(static_cast<size_t>(panels * out->quads * 64), 0);
+  out->scales.assign(static_cast<size_t>(panels * n_blocks * 16), 0.0f);
+  out->zp.assign(zp ? static_cast<size_t>(panels * n_blocks * 16) : 0, 0);
+  for (int64_t row = 0; row < n; ++row) {
+    const int64_t p = row / 16, r = row % 16;
+    const uint8_t* src = b + row * row_bytes;
+    uint8_t* dst = out->codes.data() + p * out->quads * 64 + 4 * r;
+    for (int64_t q = 0; q < out->quads; ++q) std::memcpy(dst + q * 64, src + 4 * q, 4);
+  }
+  switch (scale_type) {
+    case ScaleType::kFloat16: PackScales(static_cast<const Half*>(scales), zp, n, n_blocks, out); break;
+    case ScaleType::kBFloat16: PackScales(static_cast<const BFloat16*>(scales), zp, n, n_blocks, out); break;
+    default: PackScales(static_cast<const float*>(scales), zp, n, n_blocks, out); break;
+  }
+}
+
+int64_t Int4Int8PackedMaxM() {
+  switch (CpuIsa()) {
+    case CpuIsaLevel::kAvx512: return HasAvx512Vnni() ? 16 : 12;
+    case CpuIsaLevel::kAvx2: return 12;
+    default: return 0;
+  }
+}
+
+void Int4Int8PackedRows(const Int4Int8Packed& pk, const Int8Activations& x, int64_t n0, int64_t n1, float* y,
+                        int64_t ldy) {
+  static const auto fn = [] {
+    return CpuIsa() == CpuIsaLevel::kAvx512 && HasAvx512Vnni() ? &int8_isa::Int4Int8PackedRowsVnni
+                                                               : &int8_isa::Int4Int8PackedRowsAvx2;
+  }();
+  fn(pk, x, n0, n1, y, ldy);
+}
 
 void Int4Int8Rows(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   static const auto fn = [] {

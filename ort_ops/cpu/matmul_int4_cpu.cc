@@ -1,6 +1,9 @@
 // MatMulInt4 on the CPU execution provider (see docs/ops.md, cpu/gemv.h for small M and
 // cpu/blocked_gemm.h otherwise).
 #include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "cpu/blocked_gemm.h"
@@ -21,6 +24,7 @@ class MatMulInt4Cpu final : public Kernel {
  public:
   explicit MatMulInt4Cpu(const OrtKernelInfo* info) : attrs_(ReadMatMulInt4Attrs(info)) {
     CheckMatMulInt4Constants(info, attrs_, kType);
+    if (attrs_.int8_activations()) PackForInt8(info);
   }
 
   void Compute(OrtKernelContext* ctx) override {
@@ -128,9 +132,27 @@ class MatMulInt4Cpu final : public Kernel {
     };
   }
 
+  // accuracy_level 4 with B, its scales and zero points constant initializers, on an AVX2 / AVX512
+  // CPU: B prepacked in 16-row panels (Int4Int8Packed) for the M < Int4Int8PackedMaxM() calls, a copy
+  // of the node's codes held for the session's life. PYQUANT_CPU_INT8_PACK=0 (read at session
+  // creation) keeps to the lane-parallel tiles and no copy.
+  void PackForInt8(const OrtKernelInfo* info) {
+    const char* env = std::getenv("PYQUANT_CPU_INT8_PACK");
+    if ((env != nullptr && std::string(env) == "0") || Int4Int8PackedMaxM() == 0) return;
+    bool b_const = false, s_const = false, zp_const = false;
+    const TensorView b = GetConstantInput(info, kI4B, &b_const);
+    const TensorView s = GetConstantInput(info, kI4Scales, &s_const);
+    const TensorView zp = GetConstantInput(info, kI4ZeroPoints, &zp_const);
+    if (!b_const || !s_const || (zp.present() && !zp_const) || b.data == nullptr || s.data == nullptr) return;
+    packed_ = std::make_unique<Int4Int8Packed>();
+    PackInt4Int8(static_cast<const uint8_t*>(b.data), s.data, kScaleType,
+                 zp.present() ? static_cast<const uint8_t*>(zp.data) : nullptr, attrs_.n, attrs_.n_blocks(),
+                 attrs_.block_size, packed_.get());
+  }
+
   // accuracy_level 4 (cpu/int8_activations.h): X to int8 per row and block, then integer dot
-  // products per block, at every M (lane-parallel tiles at small M, a GEMM whose lanes are output
-  // columns from M = 8 / 12: int8_activations_unit.inc).
+  // products per block, at every M (the packed kernel or lane-parallel tiles at small M, a GEMM whose
+  // lanes are output columns from M = 12 / 16: int8_activations_unit.inc).
   void ComputeInt8(OrtKernelContext* ctx, const MatMulInt4Problem& p) {
     if (p.m == 0) return;
     thread_local Int8Activations xq;  // reused between calls: no allocation per token at M = 1
@@ -150,6 +172,17 @@ class MatMulInt4Cpu final : public Kernel {
     ip.scale_type = kScaleType;
     ip.zp = p.zero_points;
     ip.block_size = attrs_.block_size;
+    if (packed_ != nullptr && p.m < Int4Int8PackedMaxM()) {
+      // through ip.x, not xq: a lambda names the running thread's own thread_local, and the tasks
+      // run on the pool's threads
+      RunGemvTasks(
+          ctx, p.m, attrs_.n, Int4RowBytes(attrs_.k, attrs_.block_size),
+          [&](int64_t n0, int64_t n1, float* acc, int64_t ld_acc) {
+            Int4Int8PackedRows(*packed_, *ip.x, n0, n1, acc, ld_acc);
+          },
+          BiasStore(p), /*align=*/16);
+      return;
+    }
     RunGemvTasks(
         ctx, p.m, attrs_.n, Int4RowBytes(attrs_.k, attrs_.block_size),
         [&](int64_t n0, int64_t n1, float* acc, int64_t ld_acc) { Int4Int8Rows(ip, n0, n1, acc, ld_acc); },
@@ -161,6 +194,7 @@ class MatMulInt4Cpu final : public Kernel {
                                           : std::is_same_v<T, Half> ? ScaleType::kFloat16
                                                                     : ScaleType::kBFloat16;
   MatMulInt4Attrs attrs_;
+  std::unique_ptr<Int4Int8Packed> packed_;  // PackForInt8; null: the tiles serve every M
 };
 
 template <ONNXTensorElementDataType kType>

@@ -36,13 +36,14 @@ for bs in [16, 32, 64, 128, 256]:
     for k in [300, 301, 520]:
         int4_case(rng, k=k, n=37, bs=bs, dtype="float32", symmetric=False, with_bias=False, lead=(150,))
 
-# MatMulInt4 with int8 activations (accuracy_level 4): the AVX2 kernel (also on AVX-512 hosts) and
-# the portable one, blocks that share a 64-code chunk (16 / 32) and blocks of whole chunks, K tails,
-# and the 4-row groups with every remainder.
+# MatMulInt4 with int8 activations (accuracy_level 4): the AVX2 kernels (also on AVX-512 hosts: the
+# packed one on these initializers below M = 12, the tiles from it) and the portable one, blocks
+# that share a 64-code chunk (16 / 32) and blocks of whole chunks, K tails, and the 4-row groups
+# with every remainder.
 from tests.ops.test_matmul_int4_int8 import case as int8_case
 
 for bs in [16, 32, 64, 256]:
-    for m in [1, 2, 3, 6]:
+    for m in [1, 2, 3, 6, 11]:
         int8_case(rng, k=300, n=37, bs=bs, dtype="float32", symmetric=m % 2 == 0, with_bias=True, lead=(m,))
 int8_case(rng, k=384, n=40, bs=128, dtype="bfloat16", symmetric=False, with_bias=False, lead=(2, 9))
 

@@ -14,6 +14,8 @@ Methods (float32 activations):
   pyquant_int4_b{32,64,128}   pyquant::MatMulInt4, symmetric, block 32 / 64 / 128
   pyquant_int4_b{32,64,128}_a8 the same with accuracy_level=4 (int8 activations per row and block:
                               the numerics of MatMulNBits acc4, docs/ops.md "Int8 activations")
+  pyquant_int4_b{..}_a8_tiles the same without the prepacked B (PYQUANT_CPU_INT8_PACK=0: the
+                              lane-parallel tiles at small M; not in the default list)
   nbits_b{32,64,128}_acc0     com.microsoft::MatMulNBits, same weights, accuracy_level unset (fp32 A)
   nbits_b{32,64,128}_acc4     same with accuracy_level=4 (ORT quantizes A to int8 per block; NOT the
                               same numerics: shown because it is what ORT users pick for speed)
@@ -31,6 +33,7 @@ any timing should be read with it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -97,6 +100,21 @@ def _fp32_model(w: np.ndarray) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
 
 
+@contextlib.contextmanager
+def _env(knob: dict[str, str]):
+    """The environment with `knob` set while sessions are created (the ops read it at kernel creation)."""
+    saved = {key: os.environ.get(key) for key in knob}
+    os.environ.update(knob)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def build_sessions(k: int, n: int, methods: list[str], threads: int, rng) -> dict[str, ort.InferenceSession]:
     w = (rng.standard_normal((n, k)) * 0.05).astype(np.float32)
     out: dict[str, ort.InferenceSession] = {}
@@ -106,11 +124,13 @@ def build_sessions(k: int, n: int, methods: list[str], threads: int, rng) -> dic
             b, s, _ = layout.quantize_int4_rtn(w, bs, symmetric=True)
             int4[bs] = int4_model(b, s, k, n, bs, x_shape=("M", None))
     for m in methods:
-        if m.startswith("pyquant_int4_b") and m.endswith("_a8"):
+        if m.startswith("pyquant_int4_b") and (m.endswith("_a8") or m.endswith("_a8_tiles")):
             model = onnx.ModelProto()
             model.CopyFrom(int4[int(m.split("_b")[1].split("_")[0])])
             model.graph.node[0].attribute.append(helper.make_attribute("accuracy_level", 4))
-            out[m] = make_session(model.SerializeToString(), options=_options(threads))
+            # _tiles: the lane-parallel tiles at small M, without the prepacked B
+            with _env({"PYQUANT_CPU_INT8_PACK": "0"} if m.endswith("_tiles") else {}):
+                out[m] = make_session(model.SerializeToString(), options=_options(threads))
         elif m.startswith("pyquant_int4_b"):
             out[m] = make_session(int4[int(m.split("_b")[1])].SerializeToString(), options=_options(threads))
         elif m.startswith("nbits_"):
@@ -121,19 +141,10 @@ def build_sessions(k: int, n: int, methods: list[str], threads: int, rng) -> dic
             )
         elif m in ("pyquant_fp8", "pyquant_fp8_f32gemm"):
             wq, ws = layout.quantize_weight_fp8(w)
-            knob = {"PYQUANT_CPU_FP8_BF16": "0"} if m == "pyquant_fp8_f32gemm" else {}
-            saved = {key: os.environ.get(key) for key in knob}
-            os.environ.update(knob)  # read at kernel creation
-            try:
+            with _env({"PYQUANT_CPU_FP8_BF16": "0"} if m == "pyquant_fp8_f32gemm" else {}):
                 out[m] = make_session(
                     fp8_model(wq, ws, x_shape=("M", None)).SerializeToString(), options=_options(threads)
                 )
-            finally:
-                for key, value in saved.items():
-                    if value is None:
-                        os.environ.pop(key, None)
-                    else:
-                        os.environ[key] = value
         elif m == "fp32_matmul":
             out[m] = ort.InferenceSession(
                 _fp32_model(w).SerializeToString(), _options(threads), providers=["CPUExecutionProvider"]

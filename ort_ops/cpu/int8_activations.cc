@@ -209,13 +209,7 @@ void PackInt4Int8(const uint8_t* b, const void* scales, ScaleType scale_type, co
   }
 }
 
-int64_t Int4Int8PackedMaxM() {
-  switch (CpuIsa()) {
-    case CpuIsaLevel::kAvx512: return HasAvx512Vnni() ? 16 : 12;
-    case CpuIsaLevel::kAvx2: return 12;
-    default: return 0;
-  }
-}
+bool Int4Int8PackedAvailable() { return CpuIsa() != CpuIsaLevel::kBase; }
 
 void Int4Int8PackedRows(const Int4Int8Packed& pk, const Int8Activations& x, int64_t n0, int64_t n1, float* y,
                         int64_t ldy) {

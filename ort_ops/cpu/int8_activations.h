@@ -66,14 +66,15 @@ struct Int4Int8Params {
 // (PYQUANT_CPU_ISA caps the choice: avx2 -> the AVX2 kernel, base -> the portable one).
 void Int4Int8Rows(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int64_t ldy);
 
-// B prepacked for M < Int4Int8PackedMaxM() (built once per node at session creation where B and
-// its scales / zero points are constant initializers): 16 weight rows per panel, lanes = rows, so
-// that each vpdpbusd (vpmaddubsw on AVX2) forms 16 rows' partial dots against one broadcast 4-byte
-// group of X and the per-block convert / scale / add is shared by 16 outputs instead of paid per
-// row (the lane-parallel tiles above put one row's codes in all lanes). Panel p holds rows 16 p ..
-// 16 p + 15 (rows past N: zero codes, scale 0); per 4-byte group q of a packed row (codes 8 q ..
-// 8 q + 7, byte j = code 8 q + 2 j in its low nibble, 8 q + 2 j + 1 in its high one: the layout of
-// layout/int4_block.h, unchanged), 64 bytes:
+// B prepacked (built once per node at session creation where B and its scales / zero points are
+// constant initializers, on AVX2 / AVX512 CPUs): 16 weight rows per panel, lanes = rows, so that
+// each vpdpbusd (vpmaddubsw on AVX2) forms 16 rows' partial dots against one broadcast 4-byte group
+// of X and the per-block convert / scale / add is shared by 16 outputs instead of paid per row (the
+// lane-parallel tiles put one row's codes in all lanes), with no per-call panel build (the GEMM
+// below decodes one per task). It then serves every M. Panel p holds rows 16 p .. 16 p + 15 (rows
+// past N: zero codes, scale 0); per 4-byte group q of a packed row (codes 8 q .. 8 q + 7, byte j =
+// code 8 q + 2 j in its low nibble, 8 q + 2 j + 1 in its high one: layout/int4_block.h's bytes,
+// unchanged), 64 bytes:
 //
 //   byte  0      4      8           60     64
 //         | row 0 | row 1 | ...      | row 15 |     each: that row's packed bytes 4 q .. 4 q + 3
@@ -81,6 +82,9 @@ void Int4Int8Rows(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int
 // so codes[p][q] is one 512-bit (or two 256-bit) load whose low nibbles meet X's even-k bytes 4 q ..
 // 4 q + 3 and whose high nibbles meet its odd-k bytes. The same bytes as B: memory doubles for the
 // node's codes while the session holds both (a custom op cannot release the initializer).
+// One thread, float32 X, block 128, us per call (bench/results/2026-11-29-cpu-s48-int8-packed.md):
+// 4096^2 at M = 1 / 4 / 16 / 1024 the tiles / GEMM 0.198 / 0.500 / 1.71 / 83.0 ms -> packed 0.115 /
+// 0.263 / 0.97 / 64.4 (MatMulNBits accuracy 4: 0.108 / 0.328 / 1.28 / 87.3).
 struct Int4Int8Packed {
   int64_t n = 0, n_blocks = 0, block_size = 0;
   int64_t quads = 0;           // 4-byte groups per row: n_blocks * block_size / 8
@@ -94,9 +98,8 @@ struct Int4Int8Packed {
 // (uint8 [N, ceil(n_blocks / 2)] or null) into *out.
 void PackInt4Int8(const uint8_t* b, const void* scales, ScaleType scale_type, const uint8_t* zp, int64_t n,
                   int64_t n_blocks, int64_t block_size, Int4Int8Packed* out);
-// The M below which the packed kernel serves (where the lane-parallel tiles would: 16 with
-// AVX512-VNNI, 12 with AVX2), or 0 where the CPU has neither (no packing then).
-int64_t Int4Int8PackedMaxM();
+// Whether the CPU has the packed kernel's ISA (AVX2; AVX512-VNNI runs it on 512-bit vectors).
+bool Int4Int8PackedAvailable();
 // As Int4Int8Rows (same sums up to float32 order), from the packed B: n0 % 16 == 0.
 void Int4Int8PackedRows(const Int4Int8Packed& pk, const Int8Activations& x, int64_t n0, int64_t n1, float* y,
                         int64_t ldy);

@@ -133,12 +133,12 @@ class MatMulInt4Cpu final : public Kernel {
   }
 
   // accuracy_level 4 with B, its scales and zero points constant initializers, on an AVX2 / AVX512
-  // CPU: B prepacked in 16-row panels (Int4Int8Packed) for the M < Int4Int8PackedMaxM() calls, a copy
-  // of the node's codes held for the session's life. PYQUANT_CPU_INT8_PACK=0 (read at session
-  // creation) keeps to the lane-parallel tiles and no copy.
+  // CPU: B prepacked in 16-row panels (Int4Int8Packed) for every call, a copy of the node's codes
+  // held for the session's life. PYQUANT_CPU_INT8_PACK=0 (read at session creation) keeps to the
+  // lane-parallel tiles / GEMM and no copy.
   void PackForInt8(const OrtKernelInfo* info) {
     const char* env = std::getenv("PYQUANT_CPU_INT8_PACK");
-    if ((env != nullptr && std::string(env) == "0") || Int4Int8PackedMaxM() == 0) return;
+    if ((env != nullptr && std::string(env) == "0") || !Int4Int8PackedAvailable()) return;
     bool b_const = false, s_const = false, zp_const = false;
     const TensorView b = GetConstantInput(info, kI4B, &b_const);
     const TensorView s = GetConstantInput(info, kI4Scales, &s_const);
@@ -151,8 +151,8 @@ class MatMulInt4Cpu final : public Kernel {
   }
 
   // accuracy_level 4 (cpu/int8_activations.h): X to int8 per row and block, then integer dot
-  // products per block, at every M (the packed kernel or lane-parallel tiles at small M, a GEMM whose
-  // lanes are output columns from M = 12 / 16: int8_activations_unit.inc).
+  // products per block: the packed kernel at every M where B was packed; else lane-parallel tiles at
+  // small M and a GEMM whose lanes are output columns from M = 12 / 16 (int8_activations_unit.inc).
   void ComputeInt8(OrtKernelContext* ctx, const MatMulInt4Problem& p) {
     if (p.m == 0) return;
     thread_local Int8Activations xq;  // reused between calls: no allocation per token at M = 1
@@ -172,7 +172,7 @@ class MatMulInt4Cpu final : public Kernel {
     ip.scale_type = kScaleType;
     ip.zp = p.zero_points;
     ip.block_size = attrs_.block_size;
-    if (packed_ != nullptr && p.m < Int4Int8PackedMaxM()) {
+    if (packed_ != nullptr) {
       // through ip.x, not xq: a lambda names the running thread's own thread_local, and the tasks
       // run on the pool's threads
       RunGemvTasks(

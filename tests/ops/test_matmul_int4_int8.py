@@ -11,6 +11,18 @@ from tests.ops.graphs import ORT_ERRORS, int4_model, np_dtype, run
 DTYPES = ["float32", "float16", "bfloat16"]
 
 
+@pytest.fixture(autouse=True, params=["packed", "tiles"])
+def int8_kernels(request, monkeypatch):
+    """Every test twice: with B prepacked at session creation (the default where B is an
+    initializer: Int4Int8Packed, every M) and without it (PYQUANT_CPU_INT8_PACK=0: the lane-parallel
+    tiles below the GEMM's M, the GEMM from it). The packed tests below set the variable themselves."""
+    if request.param == "tiles":
+        monkeypatch.setenv("PYQUANT_CPU_INT8_PACK", "0")
+    else:
+        monkeypatch.delenv("PYQUANT_CPU_INT8_PACK", raising=False)
+    return request.param
+
+
 def _weights(rng, k, n, bs, symmetric):
     w = rng.standard_normal((n, k)).astype(np.float32) * rng.uniform(0.2, 2.0, size=(n, 1)).astype(np.float32)
     b, s, zp = layout.quantize_int4_rtn(w, bs, symmetric=symmetric)
@@ -222,14 +234,15 @@ def test_empty_batch(rng):
 
 
 # The prepacked B (Int4Int8Packed, cpu/int8_activations.h): by default where B and its scales / zero
-# points are initializers, for M below the GEMM (16 with AVX512-VNNI, 12 with AVX2); the
-# lane-parallel tiles where PYQUANT_CPU_INT8_PACK=0 or B is not constant. On CPUs without AVX2
-# nothing is packed and both runs below take the portable kernel.
+# points are initializers, at every M; the lane-parallel tiles / GEMM where PYQUANT_CPU_INT8_PACK=0
+# or B is not constant. On CPUs without AVX2 nothing is packed and both runs below take the
+# portable kernel.
 def _packed_and_tiles(rng, monkeypatch, k, n, bs, dtype, symmetric, m):
     b, s, zp = _weights(rng, k, n, bs, symmetric)
     s = s.astype(np_dtype(dtype))
     x = (rng.standard_normal((m, k)) * rng.uniform(0.1, 10.0, size=(m, 1))).astype(np_dtype(dtype))
     model = _model(b, s, k, n, bs, dtype, zp)
+    monkeypatch.delenv("PYQUANT_CPU_INT8_PACK", raising=False)
     y_packed = run(model, x)
     monkeypatch.setenv("PYQUANT_CPU_INT8_PACK", "0")
     y_tiles = run(model, x)
@@ -240,7 +253,7 @@ def _packed_and_tiles(rng, monkeypatch, k, n, bs, dtype, symmetric, m):
     return y_packed, y_tiles, (b, s, zp, x, y_ref, mag)
 
 
-@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 15])
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 15, 16, 17, 40])
 @pytest.mark.parametrize("bs", [16, 32, 64, 128, 256])
 def test_packed_every_row_group_and_block_size(rng, monkeypatch, m, bs):
     # M covers the packed kernel's 8-row (VNNI) / 4-row groups and every remainder; N = 37: a partial

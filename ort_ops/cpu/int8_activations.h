@@ -82,9 +82,10 @@ void Int4Int8Rows(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int
 // so codes[p][q] is one 512-bit (or two 256-bit) load whose low nibbles meet X's even-k bytes 4 q ..
 // 4 q + 3 and whose high nibbles meet its odd-k bytes. The same bytes as B: memory doubles for the
 // node's codes while the session holds both (a custom op cannot release the initializer).
-// One thread, float32 X, block 128, us per call (bench/results/2026-11-29-cpu-s48-int8-packed.md):
-// 4096^2 at M = 1 / 4 / 16 / 1024 the tiles / GEMM 0.198 / 0.500 / 1.71 / 83.0 ms -> packed 0.115 /
-// 0.263 / 0.97 / 64.4 (MatMulNBits accuracy 4: 0.108 / 0.328 / 1.28 / 87.3).
+// One thread, float32 X, block 128, ms per call, tiles / GEMM -> packed (MatMulNBits accuracy 4),
+// bench/results/2026-11-29-cpu-s48-int8-packed.md: 4096^2 at M = 1 / 4 / 16 / 1024 0.192 / 0.438 /
+// 1.64 / 82.0 -> 0.111 / 0.242 / 0.90 / 62.1 (0.104 / 0.321 / 1.29 / 86.2); 4096 x 14336 (from DRAM)
+// at M = 1 0.871 -> 0.632 (1.039).
 struct Int4Int8Packed {
   int64_t n = 0, n_blocks = 0, block_size = 0;
   int64_t quads = 0;           // 4-byte groups per row: n_blocks * block_size / 8

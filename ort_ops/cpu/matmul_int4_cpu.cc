@@ -194,7 +194,7 @@ class MatMulInt4Cpu final : public Kernel {
                                           : std::is_same_v<T, Half> ? ScaleType::kFloat16
                                                                     : ScaleType::kBFloat16;
   MatMulInt4Attrs attrs_;
-  std::unique_ptr<Int4Int8Packed> packed_;  // PackForInt8; null: the tiles serve every M
+  std::unique_ptr<Int4Int8Packed> packed_;  // PackForInt8; null: the tiles / GEMM serve every M
 };
 
 template <ONNXTensorElementDataType kType>

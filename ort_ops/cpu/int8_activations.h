@@ -14,7 +14,9 @@
 // Int4Int8Rows per range of output columns (the parallel tasks of cpu/gemv.h's RunGemvTasks).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 #include "cpu/gemv.h"
@@ -86,12 +88,35 @@ void Int4Int8Rows(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int
 // bench/results/2026-11-29-cpu-s48-int8-packed.md: 4096^2 at M = 1 / 4 / 16 / 1024 0.192 / 0.438 /
 // 1.64 / 82.0 -> 0.111 / 0.242 / 0.90 / 62.1 (0.104 / 0.321 / 1.29 / 86.2); 4096 x 14336 (from DRAM)
 // at M = 1 0.871 -> 0.632 (1.039).
+// Cache-line aligned storage for the packed arrays: every 64-byte load of the kernel is then one
+// line (malloc's 16-byte alignment split each load across two lines in some runs: 4096^2 at M = 1
+// took 0.112 or 0.143 ms by where the buffer landed).
+template <class T>
+struct Aligned64Allocator {
+  using value_type = T;
+  Aligned64Allocator() = default;
+  template <class U>
+  Aligned64Allocator(const Aligned64Allocator<U>&) {}
+  T* allocate(size_t count) { return static_cast<T*>(::operator new(count * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
+  template <class U>
+  bool operator==(const Aligned64Allocator<U>&) const {
+    return true;
+  }
+  template <class U>
+  bool operator!=(const Aligned64Allocator<U>&) const {
+    return false;
+  }
+};
+template <class T>
+using Aligned64Vector = std::vector<T, Aligned64Allocator<T>>;
+
 struct Int4Int8Packed {
   int64_t n = 0, n_blocks = 0, block_size = 0;
-  int64_t quads = 0;           // 4-byte groups per row: n_blocks * block_size / 8
-  std::vector<uint8_t> codes;  // [panels][quads][64]
-  std::vector<float> scales;   // [panels][n_blocks][16] float32 (exact from fp16 / bf16), 0 past N
-  std::vector<int32_t> zp;     // [panels][n_blocks][16]; empty: symmetric (8)
+  int64_t quads = 0;               // 4-byte groups per row: n_blocks * block_size / 8
+  Aligned64Vector<uint8_t> codes;  // [panels][quads][64]
+  Aligned64Vector<float> scales;   // [panels][n_blocks][16] float32 (exact from fp16 / bf16), 0 past N
+  Aligned64Vector<int32_t> zp;     // [panels][n_blocks][16]; empty: symmetric (8)
   int64_t panels() const { return (n + 15) / 16; }
 };
 

@@ -85,9 +85,9 @@ void Int4Int8Rows(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int
 // 4 q + 3 and whose high nibbles meet its odd-k bytes. The same bytes as B: memory doubles for the
 // node's codes while the session holds both (a custom op cannot release the initializer).
 // One thread, float32 X, block 128, ms per call, tiles / GEMM -> packed (MatMulNBits accuracy 4),
-// bench/results/2026-11-29-cpu-s48-int8-packed.md: 4096^2 at M = 1 / 4 / 16 / 1024 0.192 / 0.438 /
-// 1.64 / 82.0 -> 0.111 / 0.242 / 0.90 / 62.1 (0.104 / 0.321 / 1.29 / 86.2); 4096 x 14336 (from DRAM)
-// at M = 1 0.871 -> 0.632 (1.039).
+// bench/results/2026-11-29-cpu-s48-int8-packed.md: 4096^2 at M = 1 / 4 / 16 / 1024 0.188 / 0.464 /
+// 1.64 / 84.2 -> 0.117 / 0.259 / 0.92 / 63.1 (0.109 / 0.327 / 1.28 / 84.9); 4096 x 14336 (from DRAM)
+// at M = 1 0.794 -> 0.605 (0.912).
 // Cache-line aligned storage for the packed arrays: every 64-byte load of the kernel is then one
 // line (malloc's 16-byte alignment split each load across two lines in some runs: 4096^2 at M = 1
 // took 0.112 or 0.143 ms by where the buffer landed).

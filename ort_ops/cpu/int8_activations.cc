@@ -67,7 +67,7 @@ int32_t QuantizeBlockBase(const float* x, int64_t len, float inv, int8_t* even, 
 }  // namespace int8_isa
 
 template <typename T>
-void QuantizeActivationsInt8(const T* x, int64_t m, int64_t k, int64_t block_size, Int8Activations* out) {
+void QuantizeActivationsInt8(const T* x, int64_t m, int64_t k, int64_t block_size, Int8Activations* out, bool lanes) {
   const int64_t nb = Int4NumBlocks(k, block_size);
   const int64_t half_padded = nb * block_size / 2;
   out->m = m;
@@ -107,7 +107,7 @@ void QuantizeActivationsInt8(const T* x, int64_t m, int64_t k, int64_t block_siz
     }
   }
   const int64_t chunks = out->stride / 32;
-  if (block_size > 64 && m >= kInt8WideLanesMaxM) {
+  if (!lanes || (block_size > 64 && m >= kInt8WideLanesMaxM)) {
     out->lane_scales.clear();
     out->lane_sums.clear();
     return;
@@ -125,9 +125,9 @@ void QuantizeActivationsInt8(const T* x, int64_t m, int64_t k, int64_t block_siz
   }
 }
 
-template void QuantizeActivationsInt8<float>(const float*, int64_t, int64_t, int64_t, Int8Activations*);
-template void QuantizeActivationsInt8<Half>(const Half*, int64_t, int64_t, int64_t, Int8Activations*);
-template void QuantizeActivationsInt8<BFloat16>(const BFloat16*, int64_t, int64_t, int64_t, Int8Activations*);
+template void QuantizeActivationsInt8<float>(const float*, int64_t, int64_t, int64_t, Int8Activations*, bool);
+template void QuantizeActivationsInt8<Half>(const Half*, int64_t, int64_t, int64_t, Int8Activations*, bool);
+template void QuantizeActivationsInt8<BFloat16>(const BFloat16*, int64_t, int64_t, int64_t, Int8Activations*, bool);
 
 namespace int8_isa {
 
@@ -209,26 +209,38 @@ void PackInt4Int8(const uint8_t* b, const void* scales, ScaleType scale_type, co
   }
 }
 
-bool Int4Int8PackedAvailable() { return CpuIsa() != CpuIsaLevel::kBase; }
+namespace {
+
+// The int8 kernels' unit for this CPU, chosen once for every entry point: the AVX512-VNNI unit, the
+// AVX2 one (AVX2 CPUs, and AVX-512 ones without VNNI), or the portable code.
+enum class Int8Unit { kBase, kAvx2, kVnni };
+Int8Unit CurrentInt8Unit() {
+  static const Int8Unit unit = [] {
+    switch (CpuIsa()) {
+      case CpuIsaLevel::kAvx512: return HasAvx512Vnni() ? Int8Unit::kVnni : Int8Unit::kAvx2;
+      case CpuIsaLevel::kAvx2: return Int8Unit::kAvx2;
+      default: return Int8Unit::kBase;
+    }
+  }();
+  return unit;
+}
+
+}  // namespace
+
+bool Int4Int8PackedAvailable() { return CurrentInt8Unit() != Int8Unit::kBase; }
 
 void Int4Int8PackedRows(const Int4Int8Packed& pk, const Int8Activations& x, int64_t n0, int64_t n1, float* y,
                         int64_t ldy) {
-  static const auto fn = [] {
-    return CpuIsa() == CpuIsaLevel::kAvx512 && HasAvx512Vnni() ? &int8_isa::Int4Int8PackedRowsVnni
-                                                               : &int8_isa::Int4Int8PackedRowsAvx2;
-  }();
-  fn(pk, x, n0, n1, y, ldy);
+  (CurrentInt8Unit() == Int8Unit::kVnni ? &int8_isa::Int4Int8PackedRowsVnni : &int8_isa::Int4Int8PackedRowsAvx2)(
+      pk, x, n0, n1, y, ldy);
 }
 
 void Int4Int8Rows(const Int4Int8Params& p, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  static const auto fn = [] {
-    switch (CpuIsa()) {
-      case CpuIsaLevel::kAvx512: return HasAvx512Vnni() ? &int8_isa::Int4Int8RowsVnni : &int8_isa::Int4Int8RowsAvx2;
-      case CpuIsaLevel::kAvx2: return &int8_isa::Int4Int8RowsAvx2;
-      default: return &int8_isa::Int4Int8RowsBase;
-    }
-  }();
-  fn(p, n0, n1, y, ldy);
+  switch (CurrentInt8Unit()) {
+    case Int8Unit::kVnni: int8_isa::Int4Int8RowsVnni(p, n0, n1, y, ldy); break;
+    case Int8Unit::kAvx2: int8_isa::Int4Int8RowsAvx2(p, n0, n1, y, ldy); break;
+    default: int8_isa::Int4Int8RowsBase(p, n0, n1, y, ldy);
+  }
 }
 
 }  // namespace pyquant

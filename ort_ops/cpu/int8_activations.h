@@ -51,8 +51,10 @@ constexpr int64_t kInt8WideLanesMaxM = 16;
 
 // Quantizes X [m, k] (T = float, Half or BFloat16) per row and block of `block_size` codes, into
 // *out (resized). Bit-exact with docs/ops.md and pyquant/reference.py's quantize_activations_int8_ref.
+// lanes = false: the lane arrays are left empty (for the packed kernel, which does not read them).
 template <typename T>
-void QuantizeActivationsInt8(const T* x, int64_t m, int64_t k, int64_t block_size, Int8Activations* out);
+void QuantizeActivationsInt8(const T* x, int64_t m, int64_t k, int64_t block_size, Int8Activations* out,
+                             bool lanes = true);
 
 struct Int4Int8Params {
   const Int8Activations* x = nullptr;

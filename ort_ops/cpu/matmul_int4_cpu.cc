@@ -23,8 +23,8 @@ class MatMulInt4Cpu final : public Kernel {
 
  public:
   explicit MatMulInt4Cpu(const OrtKernelInfo* info) : attrs_(ReadMatMulInt4Attrs(info)) {
-    CheckMatMulInt4Constants(info, attrs_, kType);
-    if (attrs_.int8_activations()) PackForInt8(info);
+    const MatMulInt4Constants constants = CheckMatMulInt4Constants(info, attrs_, kType);
+    if (attrs_.int8_activations()) PackForInt8(constants);
   }
 
   void Compute(OrtKernelContext* ctx) override {
@@ -136,14 +136,16 @@ class MatMulInt4Cpu final : public Kernel {
   // CPU: B prepacked in 16-row panels (Int4Int8Packed) for every call, a copy of the node's codes
   // held for the session's life. PYQUANT_CPU_INT8_PACK=0 (read at session creation) keeps to the
   // lane-parallel tiles / GEMM and no copy.
-  void PackForInt8(const OrtKernelInfo* info) {
+  void PackForInt8(const MatMulInt4Constants& c) {
     const char* env = std::getenv("PYQUANT_CPU_INT8_PACK");
     if ((env != nullptr && std::string(env) == "0") || !Int4Int8PackedAvailable()) return;
-    bool b_const = false, s_const = false, zp_const = false;
-    const TensorView b = GetConstantInput(info, kI4B, &b_const);
-    const TensorView s = GetConstantInput(info, kI4Scales, &s_const);
-    const TensorView zp = GetConstantInput(info, kI4ZeroPoints, &zp_const);
-    if (!b_const || !s_const || (zp.present() && !zp_const) || b.data == nullptr || s.data == nullptr) return;
+    const TensorView& b = c.view[kI4B];
+    const TensorView& s = c.view[kI4Scales];
+    const TensorView& zp = c.view[kI4ZeroPoints];
+    if (!c.constant[kI4B] || !c.constant[kI4Scales] || (zp.present() && !c.constant[kI4ZeroPoints]) ||
+        b.data == nullptr || s.data == nullptr) {
+      return;
+    }
     packed_ = std::make_unique<Int4Int8Packed>();
     PackInt4Int8(static_cast<const uint8_t*>(b.data), s.data, kScaleType,
                  zp.present() ? static_cast<const uint8_t*>(zp.data) : nullptr, attrs_.n, attrs_.n_blocks(),
@@ -164,7 +166,10 @@ class MatMulInt4Cpu final : public Kernel {
         if (x.codes.capacity() > kKeepInt8Bytes) x = Int8Activations{};
       }
     } release{xq};
-    QuantizeActivationsInt8(static_cast<const T*>(p.x), p.m, attrs_.k, attrs_.block_size, &xq);
+    // The copy answers only for the zero points it was packed with: a node whose zero points are
+    // fed at run time (not constant, so not packed) keeps to the tiles.
+    const bool packed = packed_ != nullptr && (p.zero_points != nullptr) == !packed_->zp.empty();
+    QuantizeActivationsInt8(static_cast<const T*>(p.x), p.m, attrs_.k, attrs_.block_size, &xq, /*lanes=*/!packed);
     Int4Int8Params ip;
     ip.x = &xq;
     ip.b = p.b;
@@ -172,7 +177,7 @@ class MatMulInt4Cpu final : public Kernel {
     ip.scale_type = kScaleType;
     ip.zp = p.zero_points;
     ip.block_size = attrs_.block_size;
-    if (packed_ != nullptr) {
+    if (packed) {
       // through ip.x, not xq: a lambda names the running thread's own thread_local, and the tasks
       // run on the pool's threads
       RunGemvTasks(

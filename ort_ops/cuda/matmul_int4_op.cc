@@ -55,12 +55,12 @@ class MatMulInt4Cuda final : public Kernel {
         mid_rows_(CudaInt4MidRows()),
         staged_split_(CudaStagedSplitLimits()),
         staged_max_m_(EnvInt("PYQUANT_INT4_STAGED_MAX_M", 0)) {
-    CheckMatMulInt4Constants(info, attrs_, kType);
+    const MatMulInt4Constants constants = CheckMatMulInt4Constants(info, attrs_, kType);
     // The sm90 GEMM's transposed scales / zeros are derived once, so only from constant inputs
     // (initializers); scales fed at run time keep the portable kernels.
-    GetConstantInput(info, kI4Scales, &scales_constant_);
-    GetConstantInput(info, kI4ZeroPoints, &zp_constant_);  // false also when absent: checked per call
-    GetConstantInput(info, kI4B, &b_constant_);
+    scales_constant_ = constants.constant[kI4Scales];
+    zp_constant_ = constants.constant[kI4ZeroPoints];  // false also when absent: checked per call
+    b_constant_ = constants.constant[kI4B];
     pdl_setting_ = CudaPdlSetting();
     sm90_.min_m = CudaInt4Sm90MinM();
     sm90_ = CudaInt4Sm90Knobs(sm90_);
@@ -79,7 +79,7 @@ class MatMulInt4Cuda final : public Kernel {
     const int shuffle = EnvChoice("PYQUANT_INT4_SHUFFLE", {"0", "1", "all", "require"}, 1);
     if (shuffle != 0 && !force_ref_ &&
         (shuffle >= 2 || Int4ShuffleByDefault(attrs_.n, attrs_.k, CurrentDeviceSmCount()))) {
-      const std::string why = ShuffleInPlace(info);
+      const std::string why = ShuffleInPlace(constants);
       if (!why.empty() && shuffle == 3) {
         throw OpError("MatMulInt4 node '" + NodeName(info) + "': PYQUANT_INT4_SHUFFLE=require, but B stays " +
                       "row-major: " + why);
@@ -131,17 +131,16 @@ class MatMulInt4Cuda final : public Kernel {
   // B, scales and zero points constant initializers already in device memory; N % 128 == 0,
   // K % 64 == 0, block_size 64 / 128 / 256. B is shared safely between nodes (a registry counts
   // the nodes that read a shuffled buffer, so it is rewritten once).
-  std::string ShuffleInPlace(const OrtKernelInfo* info) {
+  std::string ShuffleInPlace(const MatMulInt4Constants& constants) {
     if constexpr (std::is_same<T, float>::value) {
       return "float32 activations";
     } else {
       if (!b_constant_ || !scales_constant_) return "B or scales are not constant initializers";
-      bool c = false;
-      const TensorView b = GetConstantInput(info, kI4B, &c);
-      const TensorView scales = GetConstantInput(info, kI4Scales, &c);
+      const TensorView& b = constants.view[kI4B];
+      const TensorView& scales = constants.view[kI4Scales];
       // Zero points fed at run time: the GEMM's prepared zeros would not match them, so Compute
       // then keeps to the shuffled mma kernels, which read scales and zero points as given.
-      const TensorView zp = GetConstantInput(info, kI4ZeroPoints, &c);
+      const TensorView& zp = constants.view[kI4ZeroPoints];
       if (Int4ShuffledWeightBytes(attrs_.n, attrs_.k) == 0) return "N % 128 != 0 or K % 64 != 0";
       if (b.data == nullptr || scales.data == nullptr) return "B or scales not readable at kernel creation";
       cudaPointerAttributes attr{};

@@ -103,11 +103,13 @@ MatMulInt4Problem BindMatMulInt4(OrtKernelContext* ctx, const MatMulInt4Attrs& a
   return p;
 }
 
-void CheckMatMulInt4Constants(const OrtKernelInfo* info, const MatMulInt4Attrs& a, ONNXTensorElementDataType t) {
-  bool c[kI4NumInputs] = {};
-  TensorView v[kI4NumInputs];
-  for (size_t i = kI4B; i < kI4NumInputs; ++i) v[i] = GetConstantInput(info, i, &c[i]);
+MatMulInt4Constants CheckMatMulInt4Constants(const OrtKernelInfo* info, const MatMulInt4Attrs& a,
+                                             ONNXTensorElementDataType t) {
+  MatMulInt4Constants c;
+  TensorView* v = c.view;
+  for (size_t i = kI4B; i < kI4NumInputs; ++i) v[i] = GetConstantInput(info, i, &c.constant[i]);
   CheckMatMulInt4Weights(a, t, v[kI4B], v[kI4Scales], v[kI4ZeroPoints], v[kI4Bias]);
+  return c;
 }
 
 OpDef MatMulInt4OpDef(ONNXTensorElementDataType t, const char* execution_provider) {

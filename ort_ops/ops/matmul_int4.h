@@ -49,8 +49,16 @@ void CheckMatMulInt4Weights(const MatMulInt4Attrs& a, ONNXTensorElementDataType 
 // Validates all inputs of this run, allocates Y and fills the problem.
 MatMulInt4Problem BindMatMulInt4(OrtKernelContext* ctx, const MatMulInt4Attrs& a, ONNXTensorElementDataType t);
 
-// Creation-time checks on whatever inputs are constant initializers.
-void CheckMatMulInt4Constants(const OrtKernelInfo* info, const MatMulInt4Attrs& a, ONNXTensorElementDataType t);
+// The inputs B .. bias at kernel creation: view[i] set (present) where input i is a constant
+// initializer.
+struct MatMulInt4Constants {
+  TensorView view[kI4NumInputs];
+  bool constant[kI4NumInputs] = {};
+};
+// Creation-time checks on whatever inputs are constant initializers; returns them (for kernels that
+// prepare a copy of the weights).
+MatMulInt4Constants CheckMatMulInt4Constants(const OrtKernelInfo* info, const MatMulInt4Attrs& a,
+                                             ONNXTensorElementDataType t);
 
 OpDef MatMulInt4OpDef(ONNXTensorElementDataType t, const char* execution_provider);
 

@@ -158,6 +158,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks / kM > 0 ? kMinBlocks / k
     return b + (int64_t(nt0 + j) + int64_t(ntt) * kt) * kInt4ShuffleTileBytes + kInt4ShufflePieceBytes * p;
   };
   bool slow = false;
+  // Scales and zero points of unit `unit`: s[j][r] / z[j][r] of tile j's row 16 (nt0 + j) + p + 8 r.
+  auto load_scales = [&](int unit, float (&s)[kTiles][2], int (&z)[kTiles][2]) {
+    const int blk = (unit * kU * 16) >> g.bs_log2;
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      RowBlock(scales, zp, g, 16 * (nt0 + j) + p, blk, &s[j][0], &z[j][0]);
+      RowBlock(scales, zp, g, 16 * (nt0 + j) + p + 8, blk, &s[j][1], &z[j][1]);
+    }
+  };
   if constexpr (kD == 0) {
     PdlAllowDependents();
     if (!weights_early) PdlWaitPrimary();
@@ -173,14 +182,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks / kM > 0 ? kMinBlocks / k
     // i's arithmetic (else they are loaded right before it, after its weights have arrived)
     float cs[kTiles][2];
     int cz[kTiles][2];
-    auto load_scales = [&](int unit, float (&s)[kTiles][2], int (&z)[kTiles][2]) {
-      const int blk = (unit * kU * 16) >> g.bs_log2;
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-        RowBlock(scales, zp, g, 16 * (nt0 + j) + p, blk, &s[j][0], &z[j][0]);
-        RowBlock(scales, zp, g, 16 * (nt0 + j) + p + 8, blk, &s[j][1], &z[j][1]);
-      }
-    };
     if constexpr (kScalesAhead) {
       if (my_units > 0) load_scales(unit_of(0), cs, cz);
     }
@@ -209,16 +210,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks / kM > 0 ? kMinBlocks / k
           cz[j][0] = nz[j][0], cz[j][1] = nz[j][1];
         }
       } else {
-        const int blk = (unit * kU * 16) >> g.bs_log2;
         float s[kTiles][2];
+        int z[kTiles][2];
+        load_scales(unit, s, z);
         ShufRows<T> rows[kTiles];
 #pragma unroll
-        for (int j = 0; j < kTiles; ++j) {
-          int z[2];
-          RowBlock(scales, zp, g, 16 * (nt0 + j) + p, blk, &s[j][0], &z[0]);
-          RowBlock(scales, zp, g, 16 * (nt0 + j) + p + 8, blk, &s[j][1], &z[1]);
-          rows[j] = MakeShufRows<T>(s[j][0], z[0], s[j][1], z[1]);
-        }
+        for (int j = 0; j < kTiles; ++j) rows[j] = MakeShufRows<T>(s[j][0], z[j][0], s[j][1], z[j][1]);
         ShufGemvUnit<T, kM, kTiles, kU>(x, g, unit, cur, rows, s, acc, slow);
       }
 #pragma unroll
@@ -236,16 +233,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks / kM > 0 ? kMinBlocks / k
       for (int d = 0; d < kD; ++d) {
         const bool in = i0 + d < my_units;
         const int unit = grp + kGroups * (in ? i0 + d : 0);
-        const int blk = (unit * kU * 16) >> g.bs_log2;
 #pragma unroll
-        for (int j = 0; j < kTiles; ++j) {
+        for (int j = 0; j < kTiles; ++j)
 #pragma unroll
           for (int u = 0; u < kU; ++u)
             wq[d][u][j] = in ? LoadStream16(piece_ptr(j, unit * kU + u)) : make_uint4(0, 0, 0, 0);
-          if (in) {
-            RowBlock(scales, zp, g, 16 * (nt0 + j) + p, blk, &cs[d][j][0], &cz[d][j][0]);
-            RowBlock(scales, zp, g, 16 * (nt0 + j) + p + 8, blk, &cs[d][j][1], &cz[d][j][1]);
-          } else {
+        if (in) {
+          load_scales(unit, cs[d], cz[d]);
+        } else {
+#pragma unroll
+          for (int j = 0; j < kTiles; ++j) {
             cs[d][j][0] = cs[d][j][1] = 0.0f;
             cz[d][j][0] = cz[d][j][1] = kInt4SymmetricZeroPoint;
           }

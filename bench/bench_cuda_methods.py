@@ -60,6 +60,8 @@ Methods (fp16 activations):
                     split aimed at 3 CTAs per SM (PYQUANT_INT4_WIDE_FILL=300)
   pyquant_int4_xahead  the default with the register mma kernel's X fragments loaded one k16 step
                     ahead (PYQUANT_INT4_SHUF_XAHEAD=1) (not in the default list)
+  pyquant_int4_piece64  the piece kernel's configuration 1 below a Hopper GEMM that is off: M > 32 in
+                    grid rows of 64 tokens (PYQUANT_INT4_SHUF_VARIANT=61; not in the default list)
   pyquant_int4_nowide  the default dispatch without the wide kernel (PYQUANT_INT4_SHUF_VARIANT=-2;
                     the same as pyquant_int4 while the wide kernel is off by default) (not in the
                     default list)
@@ -175,6 +177,9 @@ METHOD_ENV = {
         }
         for name, v in (("pyquant_int4_wide", "8"), ("pyquant_int4_wide1", "9"))
     },
+    # the piece kernel's configuration 1 at every M below the Hopper GEMM, which is off: M > 32 in
+    # grid rows of 64 tokens (kInt4PieceWideConfig, session 49)
+    "pyquant_int4_piece64": {"PYQUANT_INT4_SHUF_VARIANT": "61", "PYQUANT_INT4_SM90_MIN_M": str(1 << 40)},
     # the wide kernel with its K split aimed at 3 CTAs per SM instead of 3/4 (PYQUANT_INT4_WIDE_FILL)
     "pyquant_int4_wide_f3": {
         "PYQUANT_INT4_SHUF_VARIANT": "8",

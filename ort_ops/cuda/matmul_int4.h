@@ -374,6 +374,8 @@ static_assert(Int4ShuffleByDefault(4096, 4096, 132) && !Int4ShuffleByDefault(409
 // The configurations with a four-token-tile (MT8 = 4) instance for 17 <= M <= 32; the others run
 // those M as two grid rows of two token tiles.
 constexpr bool PieceMt4Config(int config) { return config == 1 || config == 2; }
+// The configuration with a 64-token (MT8 = 8) instance, for M > 32 in grid rows of 64 tokens.
+constexpr int kInt4PieceWideConfig = 1;
 static_assert(PieceMt4Config(Int4ShuffledPieceDefaultConfig(4096, 17, 132)), "the default at M = 17-32");
 static_assert(Int4ShuffledPieceByDefault(4096, 14336, 1, 132) && !Int4ShuffledPieceByDefault(4096, 4096, 1, 132) &&
                   Int4ShuffledPieceByDefault(4096, 4096, 2, 132) && Int4ShuffledPieceByDefault(4096, 4096, 32, 132) &&

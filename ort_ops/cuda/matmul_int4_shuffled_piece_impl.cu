@@ -40,7 +40,9 @@
 //
 // Decomposition: grid = (N / (16 NT), ceil(M / (8 MT8))), block = 32 kWarps; MT8 = 1 for M <= 8,
 // 4 for 17 <= M <= 32 on configurations 1 / 2 (PieceMt4Config: one grid row, so the weights are
-// streamed once; session 45), else 2. A CTA owns NT
+// streamed once; session 45), 8 for M > 32 on configuration 1 (kInt4PieceWideConfig: grid rows of
+// 64 tokens, each decoded unit feeding 32 MMAs, the MMAs always in the paired grouping; session
+// 49), else 2. A CTA owns NT
 // n16 tiles x 8 MT8 tokens; its warps split the K / 64 units: warp w takes units w, w + kWarps,
 // ... (the CTA sweeps consecutive units together). Each warp keeps D units of weights, scales and
 // zero points in flight (loaded D units ahead); X (L1-resident: every CTA of an SM reads it) is
@@ -62,6 +64,16 @@ namespace {
 
 // k of one unit: 4 k-tiles, one per lane of a quad.
 constexpr int kPieceUnitK = 4 * kInt4ShuffleTile;
+// Token tiles of the 64-token instance (33 <= M <= 64 per grid row; configuration 1 only: its
+// shared-memory reduction, 8 warps x 32 values x 32 lanes x 4 bytes = 32 KB, fits the static
+// limit, 16 warps would not).
+constexpr int kPieceWideMt8 = 8;
+// Its units in flight per warp (D). Session 49 experiment: 2 spills 108-248 bytes at 128
+// registers (ptxas, nvcc 13.0), 1 spills 0-24.
+#ifndef PYQUANT_PIECE_WIDE_UNITS
+#define PYQUANT_PIECE_WIDE_UNITS 2
+#endif
+constexpr int kPieceWideUnits = PYQUANT_PIECE_WIDE_UNITS;
 
 // One unit's loads for NT tiles: the lane's piece, the raw scale bits of its rows gr (low half)
 // and gr + 8 (high half) in their block, and with kZp their zero points (bits 0..3 / 8..11).
@@ -145,6 +157,9 @@ __global__ void __launch_bounds__(kWarps * 32, PieceMinCtas<MT8, kMinCtas>())
     xl[i] = x + int64_t(tok) * g.k + 16 * tq + kPieceUnitK * warp;
   }
   constexpr int kXStep = kWarps * kPieceUnitK;
+  // The 64-token instance keeps only xl[0] (token tok0 = min(m0 + gr, M - 1)) and reaches token
+  // tile t at tok0 + min(8 t, x_last) (the same clamp, without eight pointers in registers).
+  const int x_last = g.m - 1 - min(m0 + gr, g.m - 1);
 
   PdlAllowDependents();
   if (!weights_early) PdlWaitPrimary();
@@ -158,6 +173,38 @@ __global__ void __launch_bounds__(kWarps * 32, PieceMinCtas<MT8, kMinCtas>())
   // One unit from slot `sl` (then refilled D units ahead), X at xl + d units of this warp (d a
   // compile-time constant after unrolling: an immediate offset).
   auto run_unit = [&](PieceSlot<NT>& sl, int d) {
+    if constexpr (MT8 == kPieceWideMt8) {
+      // 64 tokens: the four decoded words (16 registers) stay while each token tile in turn loads
+      // its X, runs its four MMAs (the paired grouping below) into one fp32 partial and adds it,
+      // scaled, to its accumulator; per-tile X and partials, as below, would need ~100 more.
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const ShufRows<T> rows =
+            kZp ? RowPairDecodeConstants<T>(T(), int(sl.z[j] & 0xFu), T(), int((sl.z[j] >> 8) & 0xFu))
+                : RowPairDecodeConstants<T>(T(), kInt4SymmetricZeroPoint, T(), kInt4SymmetricZeroPoint);
+        uint32_t a[4][4];
+#pragma unroll
+        for (int w = 0; w < 4; ++w) DecodeShufWord<T, false>(Word(sl.q[j], w), rows, a[w]);
+        const float2 sf = Float2Of(*reinterpret_cast<const T2*>(&sl.s[j]));  // rows gr, gr + 8
+#pragma unroll
+        for (int t = 0; t < MT8; ++t) {
+          const T* xt = xl[0] + int64_t(min(8 * t, x_last)) * g.k + d * kXStep;
+          const uint4 x0 = LoadCached16(xt), x1 = LoadCached16(xt + 8);
+          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+          for (int w = 0; w < 4; w += 2) {
+            Mma16816<T>(part, a[w][0], a[w][1], a[w + 1][0], a[w + 1][1], Word(x0, w), Word(x0, w + 1));
+            Mma16816<T>(part, a[w][2], a[w][3], a[w + 1][2], a[w + 1][3], Word(x1, w), Word(x1, w + 1));
+          }
+          acc[j][t][0] = fmaf(part[0], sf.x, acc[j][t][0]);
+          acc[j][t][1] = fmaf(part[1], sf.x, acc[j][t][1]);
+          acc[j][t][2] = fmaf(part[2], sf.y, acc[j][t][2]);
+          acc[j][t][3] = fmaf(part[3], sf.y, acc[j][t][3]);
+        }
+      }
+      load_next(sl);
+      return;
+    }
     uint4 xv[MT8][2];
 #pragma unroll
     for (int t = 0; t < MT8; ++t) {
@@ -285,6 +332,10 @@ cudaError_t LaunchInt4ShufPiece(int config, bool paired, int sms, const T* x, co
   // instantiated; elsewhere two token tiles and grid.y = 2, which streams the weights twice. Two
   // units in flight, not four: at four, 128 registers spilled 84-474 bytes, at two 0-64 (ptxas,
   // nvcc 13.0, sm_90a).
+  if (g.m > 32 && config == kInt4PieceWideConfig) {  // grid rows of 64 tokens
+    if (int64_t(g.m + 63) / 64 > 65535) return cudaErrorInvalidValue;
+    return LaunchPiece<T, kPieceWideMt8, 1, 8, kPieceWideUnits, 3>(paired, x, b, s, zp, bias, y, g, pdl, stream);
+  }
   if (g.m > 16 && g.m <= 32 && PieceMt4Config(config)) {
     return config == 1 ? LaunchPiece<T, 4, 1, 8, 2, 3>(paired, x, b, s, zp, bias, y, g, pdl, stream)
                        : LaunchPiece<T, 4, 1, 16, 2, 2>(paired, x, b, s, zp, bias, y, g, pdl, stream);

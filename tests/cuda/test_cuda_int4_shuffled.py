@@ -183,11 +183,12 @@ def test_int4_shuffled_piece_variants(rng, paired, variant, dtype, symmetric):
     the automatic one (68), with the MMAs as by default or regrouped so that X needs no moves
     (PYQUANT_INT4_PIECE_PAIRED=1), at M = 1..8 (one token tile), 9..16 (two) and beyond (grid.y),
     with the Hopper GEMM off; configurations 1 / 2 (61, 62) run 17-32 tokens as four token tiles
-    in one grid row (MT8 = 4), the others as two grid rows."""
+    in one grid row (MT8 = 4), the others as two grid rows; configuration 1 runs M > 32 in grid
+    rows of 64 tokens (MT8 = 8: 40, 64, a 65th token alone in its row, 130)."""
     k, n, bs = _PIECE_SHAPES[variant % len(_PIECE_SHAPES)]
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
     sess = _variant_session(model, variant, PYQUANT_INT4_PIECE_PAIRED=paired)
-    ms = [1, 2, 3, 5, 8, 9, 16, 17, 25, 32, 40]
+    ms = [1, 2, 3, 5, 8, 9, 16, 17, 25, 32, 40, 64, 65, 130]
     _check_int4(sess, rng, ms, k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 

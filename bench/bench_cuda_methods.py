@@ -145,7 +145,7 @@ METHOD_ENV = {
     # B row-major (no in-place shuffle): the Hopper default before session 9
     "pyquant_int4_plain": _PLAIN,
     # the shuffled-order kernels' variants (PYQUANT_INT4_SHUF_VARIANT: 0..7 mma.sync, 10..15, 18, 20,
-    # 22, 26, 28, 30 GEMV, 40..42 staged, 60..68 the piece mma kernel;
+    # 22, 26, 28 GEMV, 40..42 staged, 60..68 the piece mma kernel;
     # matmul_int4.h) and the Hopper GEMM's start over them (sm90 from M)
     # (every layer the order tiles, PYQUANT_INT4_SHUFFLE=all, not only the default's large ones)
     "pyquant_int4_all": {"PYQUANT_INT4_SHUFFLE": "all"},
@@ -165,7 +165,7 @@ METHOD_ENV = {
     },
     **{
         f"pyquant_int4_sv{v}": {"PYQUANT_INT4_SHUF_VARIANT": str(v), "PYQUANT_INT4_SHUFFLE": "all"}
-        for v in (*range(16), 18, 20, 22, 26, 28, 30, 40, 41, 42, *range(60, 69))
+        for v in (*range(16), 18, 20, 22, 26, 28, 40, 41, 42, *range(60, 69))
     },
     # the wide shared-memory mma kernel on every layer at every M (Hopper GEMM off): variant 8
     # (automatic tiles and K split) and 9 (128-row CTAs)

@@ -40,7 +40,7 @@ srcs="bench/device/gemv_micro.cu ort_ops/cuda/linear_fp8_gemv_impl.cu ort_ops/cu
         $bin fp8 $kn 2 ${FP8_M2:-2} 8 200 7
         $bin fp8 $kn 4 ${FP8_M4:-0} 8 200 7
       else
-        $bin int4 $kn 1 ${INT4_M1:--1,22,30} 8 200 7
+        $bin int4 $kn 1 ${INT4_M1:--1,22} 8 200 7
         $bin int4 $kn 2 ${INT4_M2:--1,11} 8 200 7
         [ -n "${INT4_M4:-}" ] && $bin int4 $kn 4 $INT4_M4 8 200 7
       fi

@@ -37,6 +37,10 @@ constexpr int64_t kInt4Sm90MinM = 49;
 // twice the GEMM's time (H200, 2048 x 8192 at M = 48: 32.1 against 15.7 us,
 // bench/results/2026-11-28-h200-s42-sq-bench-cuda.md).
 constexpr int64_t kInt4Sm90MinMShuffledWide = 33;
+// Its first M instead on those layers where the piece mma kernel serves through M = 64
+// (Int4ShuffledPieceByDefault: N / 16 <= 2 SMs, i.e. 4096 x 4096), since session 49: the kernel's
+// 64-token instance (kInt4PieceWideConfig) beats the GEMM at M = 33-64 there.
+constexpr int64_t kInt4Sm90MinMShuffledSquare = 65;
 // Short rows (K <= kInt4MidRowsMaxK): see Int4Sm90Prepared::mid_rows_rule.
 constexpr int64_t kInt4MidRowsMaxK = 2048;
 // The wide kernel's K split: the smallest of 1, 2, 4, 8 whose grid reaches wide_fill CTAs per 100
@@ -105,6 +109,8 @@ struct Int4Sm90Prepared {
   // The same for B in the shuffled order on the smaller wide layers that Int4ShuffleByDefault
   // rewrites (kInt4Sm90MinMShuffledWide).
   int64_t min_m_shuffled_wide = kInt4Sm90MinMShuffledWide;
+  // And on those of them where the piece kernel runs M < kInt4Sm90MinMShuffledSquare.
+  int64_t min_m_shuffled_square = kInt4Sm90MinMShuffledSquare;
   // Small layers with short rows (K <= kInt4MidRowsMaxK) from M = kInt4Sm90MinM on: the default mid
   // kernel in grid rows of 64 tokens, in place of the Hopper GEMM (or the tiled kernel), while that
   // grid (ceil(N / 32) x ceil(M / 64) CTAs) fits one wave of SMs (matmul_int4_impl.cu, MidRowsRule).
@@ -195,9 +201,10 @@ cudaError_t LaunchMatMulInt4Ref(const MatMulInt4Problem& p, cudaStream_t stream)
 //     10: (8, 1, 512, 4, 2), 12: (8, 1, 128, 4, 7), up to M = kInt4ShuffledGemvMaxM (another
 //     number runs configuration 0). Chunk mode (matmul_int4_shuffled_gemv_impl.cu, kD units per
 //     chunk issued together with their scales): (pieces, tiles, threads, k-tiles per unit, CTAs
-//     per SM, kD) 16: (8, 1, 256, 4, 4, 1), 18: (8, 1, 512, 4, 2, 1). 20 (session 48, compiled
-//     only, not yet run on a GPU): configuration 12 with each next unit's scales loaded with its
-//     weights, before the current unit's arithmetic (kScalesAhead; 72 registers, no spills).
+//     per SM, kD) 16: (8, 1, 256, 4, 4, 1), 18: (8, 1, 512, 4, 2, 1). Measured in session 49 and
+//     removed: 20, configuration 12 with each next unit's scales loaded with its weights, before
+//     the current unit's arithmetic (H200, gemv_micro, M = 1, 4096 x 14336: 10.79 against 9.98 us;
+//     bench/results/2026-11-29-h200-s49-m1-gemvmicro.log; code: git show f330223).
 //     Measured in session 36 and removed, slower than these on every shape (…-s36-shufregs-bench-cuda.md, …-s36-gemvcaps-bench-cuda.md; code: git show b075a9a):
 //     6: (4, 1, 128, 4, 8), 7: (4, 2, 128, 4, 4), 9: (4, 1, 256, 4, 4), 11: (4, 2, 256, 4, 2),
 //     13: (8, 1, 128, 4, 6), 14: (8, 1, 256, 4, 3).
@@ -352,9 +359,16 @@ constexpr int kInt4ShuffledPieceConfigs = 8;
 // 9.6 / 9.9 / 10.5 row-major (torch fp16 13.5-13.8; bench/results/2026-11-28-h200-s45-square-bench-cuda.md).
 // Not M = 1 where K <= 4096: there the shuffled GEMV is faster (4096^2: 4.0 against 4.6, same run;
 // 14336 x 4096 kept the piece kernel, 10.8 against 11.1, session 43).
+// Session 49: on those layers also 33 <= M <= 64 (configuration 1's 64-token instance,
+// kInt4PieceWideConfig), with the Hopper GEMM from kInt4Sm90MinMShuffledSquare. H200, gemv_micro,
+// 4096 x 4096, us: M = 33 / 48 / 64 13.2 / 14.3 / 16.6 (the register mma kernel 34.9-35.5), where
+// the GEMM took 17.5-18.6 in ORT's chain in session 45 (torch fp16 12.3-13.8); at M = 96 / 128
+// (two grid rows) 26.8 / 29.6 against the GEMM's ~18-20, so not past 64. On the larger layers the
+// GEMM (from M = 17 / 33) stays: 14336 x 4096 M = 64 52.9 against ~30, 8192^2 48.5 against ~32
+// (bench/results/2026-11-29-h200-s49-wide-gemvmicro.log).
 constexpr bool Int4ShuffledPieceByDefault(int64_t n, int64_t k, int64_t m, int sms) {
   const int64_t tiles = n / 16;
-  return (tiles <= 2 * int64_t(sms) && m <= 32 && (m > 1 || k > 4096)) ||
+  return (tiles <= 2 * int64_t(sms) && m < kInt4Sm90MinMShuffledSquare && (m > 1 || k > 4096)) ||
          (tiles <= 4 * int64_t(sms) && m >= 2 && m <= 8);
 }
 constexpr int Int4ShuffledPieceDefaultConfig(int64_t n, int64_t m, int sms) {
@@ -379,9 +393,10 @@ constexpr int kInt4PieceWideConfig = 1;
 static_assert(PieceMt4Config(Int4ShuffledPieceDefaultConfig(4096, 17, 132)), "the default at M = 17-32");
 static_assert(Int4ShuffledPieceByDefault(4096, 14336, 1, 132) && !Int4ShuffledPieceByDefault(4096, 4096, 1, 132) &&
                   Int4ShuffledPieceByDefault(4096, 4096, 2, 132) && Int4ShuffledPieceByDefault(4096, 4096, 32, 132) &&
-                  !Int4ShuffledPieceByDefault(4096, 4096, 33, 132) && !Int4ShuffledPieceByDefault(8192, 8192, 1, 132) &&
-                  Int4ShuffledPieceByDefault(8192, 8192, 2, 132) && Int4ShuffledPieceByDefault(8192, 8192, 8, 132) &&
-                  !Int4ShuffledPieceByDefault(8192, 8192, 9, 132) && !Int4ShuffledPieceByDefault(14336, 4096, 4, 132),
+                  Int4ShuffledPieceByDefault(4096, 4096, 64, 132) && !Int4ShuffledPieceByDefault(4096, 4096, 65, 132) &&
+                  !Int4ShuffledPieceByDefault(8192, 8192, 1, 132) && Int4ShuffledPieceByDefault(8192, 8192, 2, 132) &&
+                  Int4ShuffledPieceByDefault(8192, 8192, 8, 132) && !Int4ShuffledPieceByDefault(8192, 8192, 9, 132) &&
+                  !Int4ShuffledPieceByDefault(14336, 4096, 4, 132),
               "the measured choices above (N, M, SMs)");
 constexpr bool Int4ShuffledPieceVariant(int variant) {
   return variant >= kInt4ShuffledPieceVariantBase &&

@@ -512,6 +512,14 @@ bool MidRowsRule(const MatMulInt4Problem& p) {
   return int64_t(grid.x) * grid.y <= CudaSmCount(dev);
 }
 
+// The shuffled layers of 2^24 <= N * K < 2^25 where the piece kernel serves the M below
+// kInt4Sm90MinMShuffledSquare (matmul_int4.h), so the Hopper GEMM starts there.
+bool PieceUpToSquareMinM(const MatMulInt4Attrs& a) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  return Int4ShuffledPieceByDefault(a.n, a.k, kInt4Sm90MinMShuffledSquare - 1, CudaSmCount(dev));
+}
+
 template <typename T>
 Int4Path ChooseInt4Path(const MatMulInt4Problem& p, int64_t tiled_min_m, const Int4Sm90Prepared* sm90 = nullptr) {
   if constexpr (std::is_same<T, float>::value) {
@@ -523,7 +531,8 @@ Int4Path ChooseInt4Path(const MatMulInt4Problem& p, int64_t tiled_min_m, const I
     const int64_t sm90_min_m = sm90 == nullptr                       ? 0
                                : a.n * a.k >= kInt4ShuffleMinWeights ? std::min(sm90->min_m, sm90->min_m_large)
                                : sm90->b_in_place && Int4ShuffleByDefault(a.n, a.k)
-                                   ? std::min(sm90->min_m, sm90->min_m_shuffled_wide)
+                                   ? std::min(sm90->min_m, PieceUpToSquareMinM(a) ? sm90->min_m_shuffled_square
+                                                                                  : sm90->min_m_shuffled_wide)
                                    : sm90->min_m;
     const bool narrow_mid = sm90 != nullptr && sm90->narrow_rules && !sm90->b_in_place && p.m <= 64 &&
                             p.m >= sm90_min_m && Aligned16(p.x) && Aligned16(p.b) &&

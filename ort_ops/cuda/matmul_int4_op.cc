@@ -68,7 +68,7 @@ class MatMulInt4Cuda final : public Kernel {
     // An explicit PYQUANT_INT4_SM90_MIN_M wins over the size rules (also when it names the default, 49);
     // it or PYQUANT_INT4_TILED_MIN_M pins the path, so the short-row mid rule is off too.
     const bool min_m_set = EnvValue("PYQUANT_INT4_SM90_MIN_M") != nullptr;
-    if (min_m_set) sm90_.min_m_large = sm90_.min_m_shuffled_wide = sm90_.min_m;
+    if (min_m_set) sm90_.min_m_large = sm90_.min_m_shuffled_wide = sm90_.min_m_shuffled_square = sm90_.min_m;
     sm90_.mid_rows_rule = !min_m_set && EnvValue("PYQUANT_INT4_TILED_MIN_M") == nullptr;
     sm90_.shuf.variant = EnvInt("PYQUANT_INT4_SHUF_VARIANT", -1);
     sm90_.shuf.wide_fill = EnvInt("PYQUANT_INT4_WIDE_FILL", kInt4ShuffledWideFill);

@@ -127,8 +127,7 @@ __device__ __forceinline__ void ShufGemvUnit(const T* __restrict__ x, const Int4
 // and 8 CTAs, kD = 2), whose register caps cost the one-wave grid on 4096 x 14336 or spilled:
 // 4096 x 14336 10.20-13.62 against configuration 12's 9.81-9.89, and slower on the other layers
 // (bench/results/2026-11-29-h200-s48-chunk-gemvmicro.log, …-s48-m2chunk-gemvmicro.log).
-template <typename T, int kM, int kP, int kTiles, int kThreads, int kU, int kMinBlocks = 1, int kD = 0,
-          bool kScalesAhead = false>
+template <typename T, int kM, int kP, int kTiles, int kThreads, int kU, int kMinBlocks = 1, int kD = 0>
 __global__ void __launch_bounds__(kThreads, kMinBlocks / kM > 0 ? kMinBlocks / kM : 1)
     int4_shuffled_gemv_kernel(const T* __restrict__ x, const uint8_t* __restrict__ b, const T* __restrict__ scales,
                               const uint8_t* __restrict__ zp, const T* __restrict__ bias, T* __restrict__ y, Int4Geom g,
@@ -178,46 +177,24 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks / kM > 0 ? kMinBlocks / k
 #pragma unroll
         for (int j = 0; j < kTiles; ++j) cur[u][j] = LoadStream16(piece_ptr(j, u0 * kU + u));
     }
-    // kScalesAhead: unit i + 1's scales and zero points are loaded with its weights, before unit
-    // i's arithmetic (else they are loaded right before it, after its weights have arrived)
-    float cs[kTiles][2];
-    int cz[kTiles][2];
-    if constexpr (kScalesAhead) {
-      if (my_units > 0) load_scales(unit_of(0), cs, cz);
-    }
     if (weights_early) PdlWaitPrimary();
     for (int i = 0; i < my_units; ++i) {
       const int unit = unit_of(i);
       uint4 nxt[kU][kTiles];
-      float ns[kTiles][2];
-      int nz[kTiles][2];
       if (i + 1 < my_units) {
         const int un = unit_of(i + 1);
 #pragma unroll
         for (int u = 0; u < kU; ++u)
 #pragma unroll
           for (int j = 0; j < kTiles; ++j) nxt[u][j] = LoadStream16(piece_ptr(j, un * kU + u));
-        if constexpr (kScalesAhead) load_scales(un, ns, nz);
       }
-      if constexpr (kScalesAhead) {
-        ShufRows<T> rows[kTiles];
+      float s[kTiles][2];
+      int z[kTiles][2];
+      load_scales(unit, s, z);
+      ShufRows<T> rows[kTiles];
 #pragma unroll
-        for (int j = 0; j < kTiles; ++j) rows[j] = MakeShufRows<T>(cs[j][0], cz[j][0], cs[j][1], cz[j][1]);
-        ShufGemvUnit<T, kM, kTiles, kU>(x, g, unit, cur, rows, cs, acc, slow);
-#pragma unroll
-        for (int j = 0; j < kTiles; ++j) {
-          cs[j][0] = ns[j][0], cs[j][1] = ns[j][1];
-          cz[j][0] = nz[j][0], cz[j][1] = nz[j][1];
-        }
-      } else {
-        float s[kTiles][2];
-        int z[kTiles][2];
-        load_scales(unit, s, z);
-        ShufRows<T> rows[kTiles];
-#pragma unroll
-        for (int j = 0; j < kTiles; ++j) rows[j] = MakeShufRows<T>(s[j][0], z[j][0], s[j][1], z[j][1]);
-        ShufGemvUnit<T, kM, kTiles, kU>(x, g, unit, cur, rows, s, acc, slow);
-      }
+      for (int j = 0; j < kTiles; ++j) rows[j] = MakeShufRows<T>(s[j][0], z[j][0], s[j][1], z[j][1]);
+      ShufGemvUnit<T, kM, kTiles, kU>(x, g, unit, cur, rows, s, acc, slow);
 #pragma unroll
       for (int u = 0; u < kU; ++u)
 #pragma unroll
@@ -325,15 +302,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks / kM > 0 ? kMinBlocks / k
   }
 }
 
-template <typename T, int kP, int kTiles, int kThreads, int kU, int kMinBlocks = 1, int kD = 0,
-          bool kScalesAhead = false>
+template <typename T, int kP, int kTiles, int kThreads, int kU, int kMinBlocks = 1, int kD = 0>
 void LaunchShufGemv(const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y, const Int4Geom& g,
                     PdlMode pdl, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(g.n / (16 * kTiles) * (8 / kP)));
-  auto kernel = int4_shuffled_gemv_kernel<T, 1, kP, kTiles, kThreads, kU, kMinBlocks, kD, kScalesAhead>;
-  if (g.m == 2) kernel = int4_shuffled_gemv_kernel<T, 2, kP, kTiles, kThreads, kU, kMinBlocks, kD, kScalesAhead>;
-  if (g.m == 3) kernel = int4_shuffled_gemv_kernel<T, 3, kP, kTiles, kThreads, kU, kMinBlocks, kD, kScalesAhead>;
-  if (g.m == 4) kernel = int4_shuffled_gemv_kernel<T, 4, kP, kTiles, kThreads, kU, kMinBlocks, kD, kScalesAhead>;
+  auto kernel = int4_shuffled_gemv_kernel<T, 1, kP, kTiles, kThreads, kU, kMinBlocks, kD>;
+  if (g.m == 2) kernel = int4_shuffled_gemv_kernel<T, 2, kP, kTiles, kThreads, kU, kMinBlocks, kD>;
+  if (g.m == 3) kernel = int4_shuffled_gemv_kernel<T, 3, kP, kTiles, kThreads, kU, kMinBlocks, kD>;
+  if (g.m == 4) kernel = int4_shuffled_gemv_kernel<T, 4, kP, kTiles, kThreads, kU, kMinBlocks, kD>;
   (void)LaunchWithPdl(kernel, grid, dim3(kThreads), stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
 }
 
@@ -357,11 +333,6 @@ cudaError_t LaunchInt4ShufGemv(int config, const T* x, const uint8_t* b, const T
     // issued after the current unit's arithmetic (the M = 1 default, session 48)
     case 16: LaunchShufGemv<T, 8, 1, 256, 4, kInt4ShufGemvCtasPerSm256, 1>(x, b, s, zp, bias, y, g, pdl, stream); break;
     case 18: LaunchShufGemv<T, 8, 1, 512, 4, kInt4ShufGemvCtasPerSm512, 1>(x, b, s, zp, bias, y, g, pdl, stream); break;
-    // configuration 12 with each next unit's scales loaded with its weights (session 48, compiled
-    // only: not yet run on a GPU)
-    case 20:
-      LaunchShufGemv<T, 8, 1, 128, 4, kInt4ShufGemvCtasPerSm128M1, 0, true>(x, b, s, zp, bias, y, g, pdl, stream);
-      break;
     default: LaunchShufGemv<T, 4, 1, 128, 4>(x, b, s, zp, bias, y, g, pdl, stream);
   }
   return cudaGetLastError();

@@ -68,12 +68,11 @@ constexpr int kPieceUnitK = 4 * kInt4ShuffleTile;
 // shared-memory reduction, 8 warps x 32 values x 32 lanes x 4 bytes = 32 KB, fits the static
 // limit, 16 warps would not).
 constexpr int kPieceWideMt8 = 8;
-// Its units in flight per warp (D). Session 49 experiment: 2 spills 108-248 bytes at 128
-// registers (ptxas, nvcc 13.0), 1 spills 0-24.
-#ifndef PYQUANT_PIECE_WIDE_UNITS
-#define PYQUANT_PIECE_WIDE_UNITS 2
-#endif
-constexpr int kPieceWideUnits = PYQUANT_PIECE_WIDE_UNITS;
+// Its units in flight per warp (D): one. At two, ptxas (nvcc 13.0) spills 108-248 bytes at the 128
+// registers that two CTAs per SM allow (at one, 0-24) and the kernel is 7-16 % slower (H200,
+// gemv_micro, 4096 x 4096 at M = 33 / 48 / 64 / 128: 14.77 / 16.04 / 18.12 / 34.45 against 13.24 /
+// 14.27 / 16.62 / 29.59 us; bench/results/2026-11-29-h200-s49-wide-gemvmicro.log).
+constexpr int kPieceWideUnits = 1;
 
 // One unit's loads for NT tiles: the lane's piece, the raw scale bits of its rows gr (low half)
 // and gr + 8 (high half) in their block, and with kZp their zero points (bits 0..3 / 8..11).

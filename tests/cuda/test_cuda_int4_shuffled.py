@@ -155,13 +155,13 @@ def test_int4_shuffled_split_deterministic(rng, variant_m):
         assert np.array_equal(run_cuda(sess, x, n, dtype), first)
 
 
-@pytest.mark.parametrize("variant", [10, 11, 12, 13, 14, 15, 18, 20, 22, 26, 28, 30])
+@pytest.mark.parametrize("variant", [10, 11, 12, 13, 14, 15, 18, 20, 22, 26, 28])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_int4_shuffled_gemv_variants(rng, variant, dtype, symmetric):
     """Each CUDA-core GEMV configuration at M = 1..4 (M = 5 goes to the mma kernel); K = 4160
     leaves the threads uneven piece counts (65 units of 64 k; chunk mode, 26 / 28: one unit per
-    chunk, scales loaded with it; 30: the next unit's scales loaded with its weights)."""
+    chunk, scales loaded with it)."""
     k, n, bs = 4160, 384, 64
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
     sess = _shuffled_session(model, PYQUANT_INT4_SHUF_VARIANT=str(variant))
@@ -197,12 +197,12 @@ def test_int4_shuffled_piece_variants(rng, paired, variant, dtype, symmetric):
 @pytest.mark.parametrize("bs", [64, 128])
 def test_int4_shuffled_default_4096_square(rng, dtype, symmetric, bs):
     """4096 x 4096 with no knobs (shuffled by default since session 45: Int4ShuffleByDefault):
-    the piece kernel at M <= 16 (two token tiles) and 17-32 (four, PieceMt4Config), the Hopper
-    GEMM from M = 33 (the ping-pong 128 / 192 tiles at 96-192)."""
+    the piece kernel at M <= 16 (two token tiles), 17-32 (four, PieceMt4Config) and 33-64 (eight,
+    kInt4PieceWideConfig), the Hopper GEMM from M = 65 (the ping-pong 128 / 192 tiles at 96-192)."""
     k = n = 4096
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
     sess = _session(model)
-    ms = [1, 3, 8, 16, 17, 24, 32, 33, 48, 96, 160, 256]
+    ms = [1, 3, 8, 16, 17, 24, 32, 33, 48, 64, 65, 96, 160, 256]
     _check_int4(sess, rng, ms, k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 

@@ -528,12 +528,13 @@ Int4Path ChooseInt4Path(const MatMulInt4Problem& p, int64_t tiled_min_m, const I
     const auto& a = p.attrs;
     bool mid_rows = false;  // Int4Sm90Prepared::mid_rows_rule
 #if PYQUANT_WITH_SM90
-    const int64_t sm90_min_m = sm90 == nullptr                       ? 0
-                               : a.n * a.k >= kInt4ShuffleMinWeights ? std::min(sm90->min_m, sm90->min_m_large)
-                               : sm90->b_in_place && Int4ShuffleByDefault(a.n, a.k)
-                                   ? std::min(sm90->min_m, PieceUpToSquareMinM(a) ? sm90->min_m_shuffled_square
-                                                                                  : sm90->min_m_shuffled_wide)
-                                   : sm90->min_m;
+    // (a pinned PYQUANT_INT4_SM90_MIN_M sets every one of these fields: matmul_int4_op.cc)
+    const int64_t sm90_min_m =
+        sm90 == nullptr                       ? 0
+        : a.n * a.k >= kInt4ShuffleMinWeights ? std::min(sm90->min_m, sm90->min_m_large)
+        : sm90->b_in_place && Int4ShuffleByDefault(a.n, a.k)
+            ? (PieceUpToSquareMinM(a) ? sm90->min_m_shuffled_square : std::min(sm90->min_m, sm90->min_m_shuffled_wide))
+            : sm90->min_m;
     const bool narrow_mid = sm90 != nullptr && sm90->narrow_rules && !sm90->b_in_place && p.m <= 64 &&
                             p.m >= sm90_min_m && Aligned16(p.x) && Aligned16(p.b) &&
                             NarrowRuleFor(p) != NarrowRule::kNone;

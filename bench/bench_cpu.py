@@ -20,10 +20,13 @@ Methods (float32 activations):
   nbits_b{32,64,128}_acc4     same with accuracy_level=4 (ORT quantizes A to int8 per block; NOT the
                               same numerics: shown because it is what ORT users pick for speed)
   pyquant_fp8                 pyquant::LinearFp8, per-channel weight scales, dynamic activation scales
-                              (above M = 16 on AVX512-BF16 CPUs: the bf16 dot-product GEMM,
-                              cpu/fp8_bf16_gemm.h)
+                              (above M = 16 on AVX512-BF16 CPUs whose bf16 dot products outrun
+                              their FP32 FMAs: the bf16 dot-product GEMM, cpu/fp8_bf16_gemm.h)
   pyquant_fp8_f32gemm         the same with that GEMM off (PYQUANT_CPU_FP8_BF16=0 while the session is
                               created): the float GEMM of cpu/blocked_gemm.h (not in the default list)
+  pyquant_fp8_bf16gemm        the same with the bf16 GEMM on wherever the CPU has AVX512-BF16
+                              (PYQUANT_CPU_FP8_BF16=1), whatever the default's throughput probe says
+                              (cpu/fp8_bf16_gemm.h; not in the default list)
   fp32_matmul                 ONNX MatMul with a float32 [K, N] initializer (MLAS SGEMM)
 
 The machine is shared by other jobs at times; the load average before / after is recorded and
@@ -139,9 +142,10 @@ def build_sessions(k: int, n: int, methods: list[str], threads: int, rng) -> dic
             out[m] = ort.InferenceSession(
                 model.SerializeToString(), _options(threads), providers=["CPUExecutionProvider"]
             )
-        elif m in ("pyquant_fp8", "pyquant_fp8_f32gemm"):
+        elif m in ("pyquant_fp8", "pyquant_fp8_f32gemm", "pyquant_fp8_bf16gemm"):
             wq, ws = layout.quantize_weight_fp8(w)
-            with _env({"PYQUANT_CPU_FP8_BF16": "0"} if m == "pyquant_fp8_f32gemm" else {}):
+            knob = {"pyquant_fp8_f32gemm": "0", "pyquant_fp8_bf16gemm": "1"}.get(m)
+            with _env({"PYQUANT_CPU_FP8_BF16": knob} if knob else {}):
                 out[m] = make_session(
                     fp8_model(wq, ws, x_shape=("M", None)).SerializeToString(), options=_options(threads)
                 )

@@ -2,7 +2,9 @@
 // target attribute; Fp8Bf16GemmAvailable() says whether the CPU runs them.
 #include "cpu/fp8_bf16_gemm.h"
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -148,10 +150,68 @@ PYQUANT_TARGET_AVX512_BF16 inline void Bf16Rows(const uint16_t* a, int64_t lda, 
 
 }  // namespace
 
+#ifdef PYQUANT_BF16_KERNELS
+// Seconds for `iters` x 12 independent 512-bit vdpbf16ps (bf16 = true: 32 multiply-adds each) or
+// vfmadd231ps (16 each); the asm barrier keeps the loop from being folded.
+PYQUANT_TARGET_AVX512_BF16 double TimeDotChains(bool bf16, int iters) {
+  __m512 c[12];
+  for (auto& v : c) v = _mm512_setzero_ps();
+  __m512i a = _mm512_set1_epi32(0x3f803f80);  // bf16 pairs (1, 1)
+  __m512 f = _mm512_set1_ps(1.0f);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (bf16) {
+    for (int i = 0; i < iters; ++i) {
+      for (auto& v : c) v = _mm512_dpbf16_ps(v, (__m512bh)a, (__m512bh)a);
+      asm volatile("" : "+v"(a));
+    }
+  } else {
+    for (int i = 0; i < iters; ++i) {
+      for (auto& v : c) v = _mm512_fmadd_ps(f, f, v);
+      asm volatile("" : "+v"(f));
+    }
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  __m512 s = c[0];
+  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, c[i]);
+  volatile float sink = _mm512_reduce_add_ps(s);
+  (void)sink;
+  return std::chrono::duration<double>(t1 - t0).count();
+}
+#endif
+
+// Whether this core's vdpbf16ps does multiply-adds at least kBf16MinGain times as fast as its FP32
+// FMAs, measured once per process (~1 ms: the fastest of 5 interleaved timings of each). The bf16
+// GEMM does the same multiply-adds as the float GEMM plus bf16 packing, so it only pays where the
+// dot-product instruction is the faster way to them. Two cores with AVX512-BF16 disagree by 4x:
+// the 2-core EPYC of session 45 (Zen 4: one 512-bit FMA per cycle, the bf16 GEMM 1.7-2.2x faster
+// than the float one, bench/results/2026-11-28-cpu-s45-fp8-bf16-final-ops.md) and the Xeon of session
+// 49 (AVX512-BF16 and -FP16: 0.74 ns per vdpbf16ps against 0.18 per FMA, two FMAs per cycle, a
+// vdpbf16ps every ~2 cycles), where the bf16 GEMM took 1.6-1.7x the float GEMM's time on MiniLM's
+// layers at M = 1024 (bench/results/2026-11-29-cpu-s49-fp8-bf16-probe.md).
+bool Bf16DotFasterThanFma() {
+#ifdef PYQUANT_BF16_KERNELS
+  static const bool faster = [] {
+    constexpr int kIters = 4000;  // 48k instructions per timing
+    constexpr double kBf16MinGain = 1.25;
+    double bf16 = 1e30, fma = 1e30;
+    for (int r = 0; r < 5; ++r) {
+      bf16 = std::min(bf16, TimeDotChains(true, kIters));
+      fma = std::min(fma, TimeDotChains(false, kIters));
+    }
+    // multiply-adds per second: 32 per vdpbf16ps, 16 per FMA
+    return 32.0 / bf16 >= kBf16MinGain * 16.0 / fma;
+  }();
+  return faster;
+#else
+  return false;
+#endif
+}
+
 bool Fp8Bf16GemmAvailable() {
   const char* v = std::getenv("PYQUANT_CPU_FP8_BF16");
   if (v != nullptr && std::strcmp(v, "0") == 0) return false;
-  return CpuIsa() == CpuIsaLevel::kAvx512 && CpuHasAvx512Bf16();
+  if (CpuIsa() != CpuIsaLevel::kAvx512 || !CpuHasAvx512Bf16()) return false;
+  return (v != nullptr && std::strcmp(v, "1") == 0) || Bf16DotFasterThanFma();
 }
 
 void DecodeFp8PanelBf16(const uint8_t* const* rows, int64_t kc, uint32_t* bt) {

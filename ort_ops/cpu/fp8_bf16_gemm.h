@@ -38,9 +38,14 @@
 
 namespace pyquant {
 
-// True on CPUs with AVX512-BF16 when the ISA level is AVX-512 (PYQUANT_CPU_ISA does not cap it) and
-// PYQUANT_CPU_FP8_BF16 is not "0" (read at every call: the op reads it at kernel creation).
+// True on CPUs with AVX512-BF16 when the ISA level is AVX-512 (PYQUANT_CPU_ISA does not cap it),
+// PYQUANT_CPU_FP8_BF16 is not "0", and either it is "1" or the core's vdpbf16ps does multiply-adds
+// at least 1.25x as fast as its FP32 FMAs (Bf16DotFasterThanFma: timed once per process, ~1 ms;
+// true on AMD Zen 4, false on a Xeon whose bf16 dot products run at half its FMA rate). The
+// environment is read at every call (the op calls this at kernel creation).
 bool Fp8Bf16GemmAvailable();
+// The probe above, cached (false where the bf16 kernels are not compiled).
+bool Bf16DotFasterThanFma();
 
 // bf16 bits of a quantized activation (a float that holds an e4m3 value, or NaN): its top 16 bits,
 // exact for such values.

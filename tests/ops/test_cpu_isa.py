@@ -72,14 +72,14 @@ print("ok")
 """
 
 
-# "auto-nobf16": the CPU's own ISA with LinearFp8's AVX512-BF16 GEMM off (PYQUANT_CPU_FP8_BF16=0),
-# so that an AVX-512 host still runs the float GEMM's per-channel path ("auto" takes the bf16 one
-# where the CPU has AVX512-BF16).
-@pytest.mark.parametrize("isa", ["base", "avx2", "auto", "auto-nobf16"])
+# "auto-nobf16" / "auto-bf16": the CPU's own ISA with LinearFp8's AVX512-BF16 GEMM off / on
+# (PYQUANT_CPU_FP8_BF16=0 / 1), so that an AVX-512 host runs both per-channel paths ("auto" takes
+# the bf16 one where the CPU has AVX512-BF16 and its throughput probe favours it).
+@pytest.mark.parametrize("isa", ["base", "avx2", "auto", "auto-nobf16", "auto-bf16"])
 def test_cpu_isa_caps_match_reference(isa):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    if isa == "auto-nobf16":
-        env["PYQUANT_CPU_FP8_BF16"] = "0"
+    if isa in ("auto-nobf16", "auto-bf16"):
+        env["PYQUANT_CPU_FP8_BF16"] = "0" if isa == "auto-nobf16" else "1"
     elif isa != "auto":
         env["PYQUANT_CPU_ISA"] = isa
     cmd = [sys.executable, "-c", SCRIPT]

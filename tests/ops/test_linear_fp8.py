@@ -75,27 +75,31 @@ def test_zero_nan_inf_rows(rng):
 
 
 # Large M (past the small-M kernels: M > 16, or M > 8 for the bf16 GEMM, cpu/gemv.h): per-channel
-# scales run the AVX512-BF16 GEMM where the CPU has it (cpu/fp8_bf16_gemm.h), else the float one;
-# PYQUANT_CPU_FP8_BF16=0 pins the float path (read at kernel creation). K = 301: an odd tail after
-# the 256-value chunk (vector decode of 32 codes per step, then a scalar tail with the last pair
+# scales run the AVX512-BF16 GEMM where the CPU has it and its bf16 dot products outrun its FMAs
+# (cpu/fp8_bf16_gemm.h), else the float one; PYQUANT_CPU_FP8_BF16=0 pins the float path, =1 the bf16
+# one wherever the CPU has AVX512-BF16 (else the float one) (read at kernel creation). K = 301: an
+# odd tail after the 256-value chunk (vector decode of 32 codes per step, then a scalar tail with the last pair
 # half past K); K = 520: two full chunks and 8 values; N = 37: three panels, the last partial and
 # paired with a zero panel; M = 70: row tiles of 8 x 8 + 4 + 2; M = 12 (bf16 GEMM, else the
 # small-M path).
-@pytest.mark.parametrize("engine", ["default", "float"])
+_ENGINE_KNOB = {"float": "0", "bf16": "1"}
+
+
+@pytest.mark.parametrize("engine", ["default", "float", "bf16"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("x_scale", [None, 0.02])
 @pytest.mark.parametrize("k", [301, 520])
 @pytest.mark.parametrize("m", [12, 70])
 def test_large_m_gemms(rng, monkeypatch, engine, dtype, x_scale, k, m):
-    if engine == "float":
-        monkeypatch.setenv("PYQUANT_CPU_FP8_BF16", "0")
+    if engine in _ENGINE_KNOB:
+        monkeypatch.setenv("PYQUANT_CPU_FP8_BF16", _ENGINE_KNOB[engine])
     _check(rng, k, 37, dtype, 0, x_scale, True, lead=(m,))
 
 
-@pytest.mark.parametrize("engine", ["default", "float"])
+@pytest.mark.parametrize("engine", ["default", "float", "bf16"])
 def test_large_m_zero_nan_inf_rows(rng, monkeypatch, engine):
-    if engine == "float":
-        monkeypatch.setenv("PYQUANT_CPU_FP8_BF16", "0")
+    if engine in _ENGINE_KNOB:
+        monkeypatch.setenv("PYQUANT_CPU_FP8_BF16", _ENGINE_KNOB[engine])
     k, n = 96, 21
     x = rng.standard_normal((40, k)).astype(np.float32)
     x[0] = 0.0

@@ -78,9 +78,9 @@ def test_zero_nan_inf_rows(rng):
 # scales run the AVX512-BF16 GEMM where the CPU has it and its bf16 dot products outrun its FMAs
 # (cpu/fp8_bf16_gemm.h), else the float one; PYQUANT_CPU_FP8_BF16=0 pins the float path, =1 the bf16
 # one wherever the CPU has AVX512-BF16 (else the float one) (read at kernel creation). K = 301: an
-# odd tail after the 256-value chunk (vector decode of 32 codes per step, then a scalar tail with the last pair
-# half past K); K = 520: two full chunks and 8 values; N = 37: three panels, the last partial and
-# paired with a zero panel; M = 70: row tiles of 8 x 8 + 4 + 2; M = 12 (bf16 GEMM, else the
+# odd tail after the 256-value chunk (vector decode of 32 codes per step, then a scalar tail with
+# the last pair half past K); K = 520: two full chunks and 8 values; N = 37: three panels, the last
+# partial and paired with a zero panel; M = 70: row tiles of 8 x 8 + 4 + 2; M = 12 (bf16 GEMM, else the
 # small-M path).
 _ENGINE_KNOB = {"float": "0", "bf16": "1"}
 

@@ -108,6 +108,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def default_eval_schemes(providers: list[str]) -> list[str]:
+    """`pyquant eval`'s schemes without --scheme / --plan: INT4 and FP8, and on the CPU EP also INT4
+    with int8 activations (accuracy_level 4: the CPU's fast INT4 path at the main job's batch, same
+    accuracy on MiniLM; the CUDA kernels compute with X unquantized, so it would repeat "int4")."""
+    return ["int4", "fp8"] if "cuda" in providers else ["int4", "int4-a8", "fp8"]
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
     from pyquant.eval import evaluate, format_table, write_results
     from pyquant.models import RECIPES
@@ -120,7 +127,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             )
         return 0
     command = "pyquant " + " ".join(shlex.quote(a) for a in args.argv)
-    schemes: list = list(args.scheme or ([] if args.plan else ["int4", "fp8"]))
+    schemes: list = list(args.scheme or ([] if args.plan else default_eval_schemes(args.provider)))
     for path in args.plan:
         from pyquant.planner import Plan
 
@@ -277,7 +284,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("eval", help="float PyTorch vs quantized export in ORT on the recipe's metric")
     v.add_argument("--model", help="recipe name or HF model directory (default: the plan's, or minilm)")
-    v.add_argument("--scheme", action="append", help="repeatable; default: int4 and fp8 (none with --plan)")
+    v.add_argument(
+        "--scheme",
+        action="append",
+        help="repeatable; default: int4, int4-a8 (CPU EP only) and fp8 (none with --plan)",
+    )
     v.add_argument(
         "--plan", action="append", default=[], metavar="PLAN_JSON", help="evaluate a plan (repeatable)"
     )

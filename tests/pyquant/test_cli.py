@@ -114,3 +114,11 @@ def test_export_kv_cache_command(tmp_path, capsys) -> None:
         == 2
     )
     assert "--static-cache goes with --kv-cache" in capsys.readouterr().err
+
+
+def test_default_eval_schemes_by_provider():
+    """The main job shows INT4 with int8 activations on the CPU EP only (on CUDA it would repeat int4)."""
+    from pyquant.cli import default_eval_schemes
+
+    assert default_eval_schemes(["cpu"]) == ["int4", "int4-a8", "fp8"]
+    assert default_eval_schemes(["cuda", "cpu"]) == ["int4", "fp8"]

@@ -360,10 +360,12 @@ constexpr int kInt4ShuffledPieceConfigs = 8;
 // Not M = 1 where K <= 4096: there the shuffled GEMV is faster (4096^2: 4.0 against 4.6, same run;
 // 14336 x 4096 kept the piece kernel, 10.8 against 11.1, session 43).
 // Session 49: on those layers also 33 <= M <= 64 (configuration 1's 64-token instance,
-// kInt4PieceWideConfig), with the Hopper GEMM from kInt4Sm90MinMShuffledSquare. H200, gemv_micro,
-// 4096 x 4096, us: M = 33 / 48 / 64 13.2 / 14.3 / 16.6 (the register mma kernel 34.9-35.5), where
-// the GEMM took 17.5-18.6 in ORT's chain in session 45 (torch fp16 12.3-13.8); at M = 96 / 128
-// (two grid rows) 26.8 / 29.6 against the GEMM's ~18-20, so not past 64. On the larger layers the
+// kInt4PieceWideConfig), with the Hopper GEMM from kInt4Sm90MinMShuffledSquare. H200, ORT's chain,
+// same run, 4096 x 4096, us, the GEMM (pyquant_int4_from33) -> the piece kernel: M = 33 / 40 / 48 /
+// 64 18.9 / 18.5 / 18.5 / 18.7 -> 13.1 / 13.3 / 14.1 / 16.4 (torch fp16 14.1 / 14.0 / 14.0 / 12.2,
+// ORT fp16 14.0 / 14.3 / 14.3 / 11.5; bench/results/2026-11-29-h200-s49-square-bench-cuda.md); in
+// gemv_micro at M = 96 / 128 (two grid rows) 26.8 / 29.6 against the GEMM's ~18 in ORT, so not past
+// 64 (the register mma kernel, which had these M below the GEMM in gemv_micro: 34.9-35.6). On the larger layers the
 // GEMM (from M = 17 / 33) stays: 14336 x 4096 M = 64 52.9 against ~30, 8192^2 48.5 against ~32
 // (bench/results/2026-11-29-h200-s49-wide-gemvmicro.log).
 constexpr bool Int4ShuffledPieceByDefault(int64_t n, int64_t k, int64_t m, int sms) {

@@ -390,6 +390,12 @@ def main():
         "--rounds", type=int, default=7, help="interleaved rounds (timed batches) per method and M"
     )
     ap.add_argument(
+        "--no-plot",
+        action="store_true",
+        help="write the JSON and markdown only (the device tool returns at most 8 files a call: "
+        "several runs in one call fit without their plots; bench/plot_cuda.py draws them later)",
+    )
+    ap.add_argument(
         "--debug-sync",
         action="store_true",
         help="log GPU memory after each method is prepared, and synchronise after each method's "
@@ -542,6 +548,9 @@ def main():
         save()
     save()
     log(markdown(meta, rows, m_list, methods))
+    if args.no_plot:
+        log(f"no plot (--no-plot): python bench/plot_cuda.py {base}.json")
+        return
     try:  # the plot (bench/plot_cuda.py) where matplotlib is installed; else run that script later
         from plot_cuda import NoBaselineError, plot
 

@@ -4,8 +4,8 @@
         --out bench/results/2026-11-29-h200-s49-goals.md
 
 Per layer (K x N), from the rows of pyquant_int4 / pyquant_fp8 / ort_matmulnbits / torch_fp16 /
-ort_matmul_fp16 / torch_scaled_mm_q in the files (a later file's row for the same layer, M and
-method replaces an earlier one, so a focused re-run can follow a full one):
+ort_matmul_fp16 in the files (a later file's row for the same layer, M and method replaces an
+earlier one, so a focused re-run can follow a full one; rows of a failed method are left out):
 
 * INT4 (issue 4): % of the HBM floor at M = 1 (goal >= 85 %); speedup over fp16 at M = 16 (>= 2.5x);
   the M <= 256 where it is slower than fp16; speedup over fp16 at M >= 2048 (>= 0.95x); the M where
@@ -53,7 +53,8 @@ def load_rows(paths: Iterable[str | Path]) -> tuple[dict, list[dict]]:
             raise SystemExit(f"{path}: not a bench_cuda.py result (no 'rows' / 'meta')")
         metas.append({**data["meta"], "file": Path(path).name, "path": str(path)})
         for row in data["rows"]:
-            table[(row["K"], row["N"], row["M"], row["method"])] = row
+            if "us" in row:  # rows of a failed method carry "error" instead (left out: no figure)
+                table[(row["K"], row["N"], row["M"], row["method"])] = row
     return table, metas
 
 

@@ -38,6 +38,7 @@ def test_goals_from_rows(tmp_path):
         _row(4096, "pyquant_fp8", 500.0),
         _row(4096, "torch_fp16", 780.0),  # 0.975x (met); FP8 1.56x (missed)
     ]
+    rows.append({"K": 64, "N": 32, "M": 16, "method": "pyquant_fp8", "error": "out of memory"})  # no figure
     first = _write(tmp_path, "a.json", rows)
     # a later file replaces the INT4 M = 1 row
     second = _write(tmp_path, "b.json", [_row(1, "pyquant_int4", 8.0, pct=90.0)], commit="def5678")

@@ -148,8 +148,6 @@ PYQUANT_TARGET_AVX512_BF16 inline void Bf16Rows(const uint16_t* a, int64_t lda, 
 }
 #endif
 
-}  // namespace
-
 #ifdef PYQUANT_BF16_KERNELS
 // Seconds for `iters` x 12 independent 512-bit vdpbf16ps (bf16 = true: 32 multiply-adds each) or
 // vfmadd231ps (16 each); the asm barrier keeps the loop from being folded.
@@ -188,6 +186,7 @@ PYQUANT_TARGET_AVX512_BF16 double TimeDotChains(bool bf16, int iters) {
 // 49 (AVX512-BF16 and -FP16: 0.74 ns per vdpbf16ps against 0.18 per FMA, two FMAs per cycle, a
 // vdpbf16ps every ~2 cycles), where the bf16 GEMM took 1.6-1.7x the float GEMM's time on MiniLM's
 // layers at M = 1024 (bench/results/2026-11-29-cpu-s49-fp8-bf16-probe.md).
+// Call only where CpuHasAvx512Bf16() (the probe runs vdpbf16ps).
 bool Bf16DotFasterThanFma() {
 #ifdef PYQUANT_BF16_KERNELS
   static const bool faster = [] {
@@ -206,6 +205,8 @@ bool Bf16DotFasterThanFma() {
   return false;
 #endif
 }
+
+}  // namespace
 
 bool Fp8Bf16GemmAvailable() {
   const char* v = std::getenv("PYQUANT_CPU_FP8_BF16");

@@ -44,8 +44,6 @@ namespace pyquant {
 // true on AMD Zen 4, false on a Xeon whose bf16 dot products run at half its FMA rate). The
 // environment is read at every call (the op calls this at kernel creation).
 bool Fp8Bf16GemmAvailable();
-// The probe above, cached (false where the bf16 kernels are not compiled).
-bool Bf16DotFasterThanFma();
 
 // bf16 bits of a quantized activation (a float that holds an e4m3 value, or NaN): its top 16 bits,
 // exact for such values.

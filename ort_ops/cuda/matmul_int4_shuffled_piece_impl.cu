@@ -169,6 +169,11 @@ __global__ void __launch_bounds__(kWarps * 32, PieceMinCtas<MT8, kMinCtas>())
 
   float acc[NT][MT8][4];
   ZeroAcc(acc);
+  // Tile j's decode constants: the rows' zero points (else the symmetric 8).
+  auto row_constants = [&](const PieceSlot<NT>& sl, int j) {
+    return kZp ? RowPairDecodeConstants<T>(T(), int(sl.z[j] & 0xFu), T(), int((sl.z[j] >> 8) & 0xFu))
+               : RowPairDecodeConstants<T>(T(), kInt4SymmetricZeroPoint, T(), kInt4SymmetricZeroPoint);
+  };
   // One unit from slot `sl` (then refilled D units ahead), X at xl + d units of this warp (d a
   // compile-time constant after unrolling: an immediate offset).
   auto run_unit = [&](PieceSlot<NT>& sl, int d) {
@@ -178,9 +183,7 @@ __global__ void __launch_bounds__(kWarps * 32, PieceMinCtas<MT8, kMinCtas>())
       // scaled, to its accumulator; per-tile X and partials, as below, would need ~100 more.
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        const ShufRows<T> rows =
-            kZp ? RowPairDecodeConstants<T>(T(), int(sl.z[j] & 0xFu), T(), int((sl.z[j] >> 8) & 0xFu))
-                : RowPairDecodeConstants<T>(T(), kInt4SymmetricZeroPoint, T(), kInt4SymmetricZeroPoint);
+        const ShufRows<T> rows = row_constants(sl, j);
         uint32_t a[4][4];
 #pragma unroll
         for (int w = 0; w < 4; ++w) DecodeShufWord<T, false>(Word(sl.q[j], w), rows, a[w]);
@@ -201,56 +204,53 @@ __global__ void __launch_bounds__(kWarps * 32, PieceMinCtas<MT8, kMinCtas>())
           acc[j][t][3] = fmaf(part[3], sf.y, acc[j][t][3]);
         }
       }
-      load_next(sl);
-      return;
-    }
-    uint4 xv[MT8][2];
-#pragma unroll
-    for (int t = 0; t < MT8; ++t) {
-      xv[t][0] = LoadCached16(xl[t] + d * kXStep);
-      xv[t][1] = LoadCached16(xl[t] + d * kXStep + 8);
-    }
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const ShufRows<T> rows =
-          kZp ? RowPairDecodeConstants<T>(T(), int(sl.z[j] & 0xFu), T(), int((sl.z[j] >> 8) & 0xFu))
-              : RowPairDecodeConstants<T>(T(), kInt4SymmetricZeroPoint, T(), kInt4SymmetricZeroPoint);
-      float part[MT8][4];
-#pragma unroll
-      for (int t = 0; t < MT8; ++t) part[t][0] = part[t][1] = part[t][2] = part[t][3] = 0.0f;
-      if constexpr (kPairedX) {
-        // Words w, w + 1 (w even) in two MMAs: the first takes their k = 2w.. and 2w + 2.. pairs
-        // (a0 / a1 from word w, a2 / a3 from word w + 1), the second their k = 2w + 8.. and
-        // 2w + 10.. pairs; then B is X's words w, w + 1 of one 16-byte load, an aligned register
-        // pair of it (the layout above pairs words w of both loads, which costs moves).
-#pragma unroll
-        for (int w = 0; w < 4; w += 2) {
-          uint32_t p[4], q[4];
-          DecodeShufWord<T, false>(Word(sl.q[j], w), rows, p);
-          DecodeShufWord<T, false>(Word(sl.q[j], w + 1), rows, q);
-#pragma unroll
-          for (int t = 0; t < MT8; ++t) {
-            Mma16816<T>(part[t], p[0], p[1], q[0], q[1], Word(xv[t][0], w), Word(xv[t][0], w + 1));
-            Mma16816<T>(part[t], p[2], p[3], q[2], q[3], Word(xv[t][1], w), Word(xv[t][1], w + 1));
-          }
-        }
-      } else {
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          uint32_t a[4];
-          DecodeShufWord<T, false>(Word(sl.q[j], w), rows, a);
-#pragma unroll
-          for (int t = 0; t < MT8; ++t)
-            Mma16816<T>(part[t], a[0], a[1], a[2], a[3], Word(xv[t][0], w), Word(xv[t][1], w));
-        }
-      }
-      const float2 sf = Float2Of(*reinterpret_cast<const T2*>(&sl.s[j]));  // rows gr, gr + 8
+    } else {
+      uint4 xv[MT8][2];
 #pragma unroll
       for (int t = 0; t < MT8; ++t) {
-        acc[j][t][0] = fmaf(part[t][0], sf.x, acc[j][t][0]);
-        acc[j][t][1] = fmaf(part[t][1], sf.x, acc[j][t][1]);
-        acc[j][t][2] = fmaf(part[t][2], sf.y, acc[j][t][2]);
-        acc[j][t][3] = fmaf(part[t][3], sf.y, acc[j][t][3]);
+        xv[t][0] = LoadCached16(xl[t] + d * kXStep);
+        xv[t][1] = LoadCached16(xl[t] + d * kXStep + 8);
+      }
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const ShufRows<T> rows = row_constants(sl, j);
+        float part[MT8][4];
+#pragma unroll
+        for (int t = 0; t < MT8; ++t) part[t][0] = part[t][1] = part[t][2] = part[t][3] = 0.0f;
+        if constexpr (kPairedX) {
+          // Words w, w + 1 (w even) in two MMAs: the first takes their k = 2w.. and 2w + 2.. pairs
+          // (a0 / a1 from word w, a2 / a3 from word w + 1), the second their k = 2w + 8.. and
+          // 2w + 10.. pairs; then B is X's words w, w + 1 of one 16-byte load, an aligned register
+          // pair of it (the layout above pairs words w of both loads, which costs moves).
+#pragma unroll
+          for (int w = 0; w < 4; w += 2) {
+            uint32_t p[4], q[4];
+            DecodeShufWord<T, false>(Word(sl.q[j], w), rows, p);
+            DecodeShufWord<T, false>(Word(sl.q[j], w + 1), rows, q);
+#pragma unroll
+            for (int t = 0; t < MT8; ++t) {
+              Mma16816<T>(part[t], p[0], p[1], q[0], q[1], Word(xv[t][0], w), Word(xv[t][0], w + 1));
+              Mma16816<T>(part[t], p[2], p[3], q[2], q[3], Word(xv[t][1], w), Word(xv[t][1], w + 1));
+            }
+          }
+        } else {
+#pragma unroll
+          for (int w = 0; w < 4; ++w) {
+            uint32_t a[4];
+            DecodeShufWord<T, false>(Word(sl.q[j], w), rows, a);
+#pragma unroll
+            for (int t = 0; t < MT8; ++t)
+              Mma16816<T>(part[t], a[0], a[1], a[2], a[3], Word(xv[t][0], w), Word(xv[t][1], w));
+          }
+        }
+        const float2 sf = Float2Of(*reinterpret_cast<const T2*>(&sl.s[j]));  // rows gr, gr + 8
+#pragma unroll
+        for (int t = 0; t < MT8; ++t) {
+          acc[j][t][0] = fmaf(part[t][0], sf.x, acc[j][t][0]);
+          acc[j][t][1] = fmaf(part[t][1], sf.x, acc[j][t][1]);
+          acc[j][t][2] = fmaf(part[t][2], sf.y, acc[j][t][2]);
+          acc[j][t][3] = fmaf(part[t][3], sf.y, acc[j][t][3]);
+        }
       }
     }
     load_next(sl);
@@ -292,11 +292,13 @@ template <typename T, int MT8, int NT, int kWarps, int D, int kMinCtas>
 cudaError_t LaunchPiece(bool paired, const T* x, const uint8_t* b, const T* s, const uint8_t* zp, const T* bias, T* y,
                         const Int4Geom& g, PdlMode pdl, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(g.n / (16 * NT)), static_cast<unsigned>((g.m + 8 * MT8 - 1) / (8 * MT8)));
-  auto kernel = zp != nullptr ? int4_shuffled_piece_kernel<T, MT8, NT, kWarps, D, kMinCtas, true, false>
-                              : int4_shuffled_piece_kernel<T, MT8, NT, kWarps, D, kMinCtas, false, false>;
-  if (paired) {
-    kernel = zp != nullptr ? int4_shuffled_piece_kernel<T, MT8, NT, kWarps, D, kMinCtas, true, true>
-                           : int4_shuffled_piece_kernel<T, MT8, NT, kWarps, D, kMinCtas, false, true>;
+  auto kernel = zp != nullptr ? int4_shuffled_piece_kernel<T, MT8, NT, kWarps, D, kMinCtas, true, true>
+                              : int4_shuffled_piece_kernel<T, MT8, NT, kWarps, D, kMinCtas, false, true>;
+  if constexpr (MT8 != kPieceWideMt8) {  // the 64-token instance has the paired grouping only
+    if (!paired) {
+      kernel = zp != nullptr ? int4_shuffled_piece_kernel<T, MT8, NT, kWarps, D, kMinCtas, true, false>
+                             : int4_shuffled_piece_kernel<T, MT8, NT, kWarps, D, kMinCtas, false, false>;
+    }
   }
   return LaunchWithPdl(kernel, grid, dim3(32 * kWarps), stream, pdl.launch, x, b, s, zp, bias, y, g, pdl.weights_early);
 }

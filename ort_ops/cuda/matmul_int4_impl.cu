@@ -514,10 +514,9 @@ bool MidRowsRule(const MatMulInt4Problem& p) {
 
 // The shuffled layers of 2^24 <= N * K < 2^25 where the piece kernel serves the M below
 // kInt4Sm90MinMShuffledSquare (matmul_int4.h), so the Hopper GEMM starts there.
+// (No usable device: 0 SMs, false.)
 bool PieceUpToSquareMinM(const MatMulInt4Attrs& a) {
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  return Int4ShuffledPieceByDefault(a.n, a.k, kInt4Sm90MinMShuffledSquare - 1, CudaSmCount(dev));
+  return Int4ShuffledPieceByDefault(a.n, a.k, kInt4Sm90MinMShuffledSquare - 1, CurrentDeviceSmCount());
 }
 
 template <typename T>

@@ -79,15 +79,14 @@ def layer_goals(table: dict, k: int, n: int) -> dict:
         row = table.get((k, n, 1, method))
         return None if row is None else row["pct_floor"]
 
+    def slower_than_fp16(method: str, max_m: int) -> list[int]:
+        return [m for m in ms if m <= max_m and (v := speedup(m, method)) is not None and v < 1]
+
     large = [m for m in ms if m >= LARGE_M]
     return {
         "int4_m1_floor": floor_pct("pyquant_int4"),
         "int4_m16_vs_fp16": speedup(16, "pyquant_int4"),
-        "int4_slower_than_fp16": [
-            m
-            for m in ms
-            if m <= 256 and speedup(m, "pyquant_int4") is not None and speedup(m, "pyquant_int4") < 1
-        ],
+        "int4_slower_than_fp16": slower_than_fp16("pyquant_int4", 256),
         "int4_large_vs_fp16": {m: speedup(m, "pyquant_int4") for m in large},
         "int4_slower_than_matmulnbits": [
             m
@@ -98,9 +97,7 @@ def layer_goals(table: dict, k: int, n: int) -> dict:
         ],
         "fp8_m1_floor": floor_pct("pyquant_fp8"),
         "fp8_large_vs_fp16": {m: speedup(m, "pyquant_fp8") for m in large},
-        "fp8_slower_than_fp16": [
-            m for m in ms if speedup(m, "pyquant_fp8") is not None and speedup(m, "pyquant_fp8") < 1
-        ],
+        "fp8_slower_than_fp16": slower_than_fp16("pyquant_fp8", max(ms, default=0)),
     }
 
 

@@ -40,10 +40,9 @@
 //
 // Decomposition: grid = (N / (16 NT), ceil(M / (8 MT8))), block = 32 kWarps; MT8 = 1 for M <= 8,
 // 4 for 17 <= M <= 32 on configurations 1 / 2 (PieceMt4Config: one grid row, so the weights are
-// streamed once; session 45), 8 for M > 32 on configuration 1 (kInt4PieceWideConfig: grid rows of
-// 64 tokens, each decoded unit feeding 32 MMAs, the MMAs always in the paired grouping; session
-// 49), else 2. A CTA owns NT
-// n16 tiles x 8 MT8 tokens; its warps split the K / 64 units: warp w takes units w, w + kWarps,
+// streamed once; session 45), 6 or 8 for M > 32 on configuration 1 (kInt4PieceWideConfig: grid
+// rows of 48 or 64 tokens, PieceWideMt8For; each decoded unit feeds 24 / 32 MMAs, the MMAs always in
+// the paired grouping; sessions 49-50), else 2. A CTA owns NT n16 tiles x 8 MT8 tokens; its warps split the K / 64 units: warp w takes units w, w + kWarps,
 // ... (the CTA sweeps consecutive units together). Each warp keeps D units of weights, scales and
 // zero points in flight (loaded D units ahead); X (L1-resident: every CTA of an SM reads it) is
 // loaded at use. Partial sums meet in shared memory in warp order.
@@ -66,8 +65,19 @@ namespace {
 constexpr int kPieceUnitK = 4 * kInt4ShuffleTile;
 // Token tiles of the 64-token instance (33 <= M <= 64 per grid row; configuration 1 only: its
 // shared-memory reduction, 8 warps x 32 values x 32 lanes x 4 bytes = 32 KB, fits the static
-// limit, 16 warps would not).
+// limit, 16 warps would not), and of the 48-token one (session 50): 33-48 tokens in one grid row
+// wasted a quarter of the 64-token instance's MMAs and X loads on padding tokens. Both run the
+// streaming body (token tiles in turn behind one decode) from kPieceStreamMinMt8 token tiles on.
 constexpr int kPieceWideMt8 = 8;
+constexpr int kPieceWide48Mt8 = 6;
+constexpr int kPieceStreamMinMt8 = kPieceWide48Mt8;
+// Token tiles per grid row for M > 32 on configuration 1: 48 where that needs no more grid rows
+// than 64 (M = 33-48, 65-96, ...: less padding at the same weight traffic), else 64.
+constexpr int PieceWideMt8For(int64_t m) { return (m + 47) / 48 <= (m + 63) / 64 ? kPieceWide48Mt8 : kPieceWideMt8; }
+static_assert(PieceWideMt8For(33) == 6 && PieceWideMt8For(48) == 6 && PieceWideMt8For(49) == 8 &&
+                  PieceWideMt8For(64) == 8 && PieceWideMt8For(65) == 6 && PieceWideMt8For(96) == 6 &&
+                  PieceWideMt8For(97) == 8 && PieceWideMt8For(130) == 6,
+              "48 tokens per grid row where the row count does not grow");
 // Its units in flight per warp (D): one. At two, ptxas (nvcc 13.0) spills 108-248 bytes at the 128
 // registers that two CTAs per SM allow (at one, 0-24) and the kernel is 7-16 % slower (H200,
 // gemv_micro, 4096 x 4096 at M = 33 / 48 / 64 / 128: 14.77 / 16.04 / 18.12 / 34.45 against 13.24 /
@@ -156,8 +166,8 @@ __global__ void __launch_bounds__(kWarps * 32, PieceMinCtas<MT8, kMinCtas>())
     xl[i] = x + int64_t(tok) * g.k + 16 * tq + kPieceUnitK * warp;
   }
   constexpr int kXStep = kWarps * kPieceUnitK;
-  // The 64-token instance keeps only xl[0] (token tok0 = min(m0 + gr, M - 1)) and reaches token
-  // tile t at tok0 + min(8 t, x_last) (the same clamp, without eight pointers in registers).
+  // The 48- / 64-token instances keep only xl[0] (token tok0 = min(m0 + gr, M - 1)) and reach token
+  // tile t at tok0 + min(8 t, x_last) (the same clamp, without 6 / 8 pointers in registers).
   const int x_last = g.m - 1 - min(m0 + gr, g.m - 1);
 
   PdlAllowDependents();
@@ -177,8 +187,8 @@ __global__ void __launch_bounds__(kWarps * 32, PieceMinCtas<MT8, kMinCtas>())
   // One unit from slot `sl` (then refilled D units ahead), X at xl + d units of this warp (d a
   // compile-time constant after unrolling: an immediate offset).
   auto run_unit = [&](PieceSlot<NT>& sl, int d) {
-    if constexpr (MT8 == kPieceWideMt8) {
-      // 64 tokens: the four decoded words (16 registers) stay while each token tile in turn loads
+    if constexpr (MT8 >= kPieceStreamMinMt8) {
+      // 48 / 64 tokens: the four decoded words (16 registers) stay while each token tile in turn loads
       // its X, runs its four MMAs (the paired grouping below) into one fp32 partial and adds it,
       // scaled, to its accumulator; per-tile X and partials, as below, would need ~100 more.
 #pragma unroll
@@ -294,7 +304,7 @@ cudaError_t LaunchPiece(bool paired, const T* x, const uint8_t* b, const T* s, c
   const dim3 grid(static_cast<unsigned>(g.n / (16 * NT)), static_cast<unsigned>((g.m + 8 * MT8 - 1) / (8 * MT8)));
   auto kernel = zp != nullptr ? int4_shuffled_piece_kernel<T, MT8, NT, kWarps, D, kMinCtas, true, true>
                               : int4_shuffled_piece_kernel<T, MT8, NT, kWarps, D, kMinCtas, false, true>;
-  if constexpr (MT8 != kPieceWideMt8) {  // the 64-token instance has the paired grouping only
+  if constexpr (MT8 < kPieceStreamMinMt8) {  // the 48- / 64-token instances: the paired grouping only
     if (!paired) {
       kernel = zp != nullptr ? int4_shuffled_piece_kernel<T, MT8, NT, kWarps, D, kMinCtas, true, false>
                              : int4_shuffled_piece_kernel<T, MT8, NT, kWarps, D, kMinCtas, false, false>;
@@ -333,9 +343,11 @@ cudaError_t LaunchInt4ShufPiece(int config, bool paired, int sms, const T* x, co
   // instantiated; elsewhere two token tiles and grid.y = 2, which streams the weights twice. Two
   // units in flight, not four: at four, 128 registers spilled 84-474 bytes, at two 0-64 (ptxas,
   // nvcc 13.0, sm_90a).
-  if (g.m > 32 && config == kInt4PieceWideConfig) {  // grid rows of 64 tokens
-    if (int64_t(g.m + 63) / 64 > 65535) return cudaErrorInvalidValue;
-    return LaunchPiece<T, kPieceWideMt8, 1, 8, kPieceWideUnits, 3>(paired, x, b, s, zp, bias, y, g, pdl, stream);
+  if (g.m > 32 && config == kInt4PieceWideConfig) {  // grid rows of 48 or 64 tokens
+    if (int64_t(g.m + 47) / 48 > 65535) return cudaErrorInvalidValue;
+    return PieceWideMt8For(g.m) == kPieceWide48Mt8
+               ? LaunchPiece<T, kPieceWide48Mt8, 1, 8, kPieceWideUnits, 3>(paired, x, b, s, zp, bias, y, g, pdl, stream)
+               : LaunchPiece<T, kPieceWideMt8, 1, 8, kPieceWideUnits, 3>(paired, x, b, s, zp, bias, y, g, pdl, stream);
   }
   if (g.m > 16 && g.m <= 32 && PieceMt4Config(config)) {
     return config == 1 ? LaunchPiece<T, 4, 1, 8, 2, 3>(paired, x, b, s, zp, bias, y, g, pdl, stream)

@@ -118,7 +118,7 @@ def main() -> int:
             with knobs({"PYQUANT_INT4_SHUF_VARIANT": "40", "PYQUANT_INT4_SM90_MIN_M": str(1 << 40)}):
                 n_checked += check_int4(dtype, 2304, 384, 64, False, (5, 17, 100))
         # the piece mma kernel: every configuration (61 / 62 with four token tiles at M = 17-32, 61
-        # with eight in grid rows of 64 tokens past 32), both
+        # with six / eight in grid rows of 48 / 64 tokens past 32: 40, 64, 65, 100), both
         # MMA groupings, zero points, uneven warps (K = 1984: 31 units)
         if dtype != "float32" and "piece" in only:
             for variant in range(60, 69):
@@ -129,7 +129,7 @@ def main() -> int:
                         "PYQUANT_INT4_SM90_MIN_M": str(1 << 40),
                     }
                     with knobs(env):
-                        ms = (1, 8, 9, 17, 32, 64, 65) if variant == 61 else (1, 8, 9, 17, 32)
+                        ms = (1, 8, 9, 17, 32, 40, 64, 65, 100) if variant == 61 else (1, 8, 9, 17, 32)
                         n_checked += check_int4(dtype, 1984, 256, 64, variant % 2 == 0, ms)
         # the Hopper GEMM's scheduler knobs (split-K ordered / unordered, stream-K)
         if dtype == "float16" and "knobs" in only:

@@ -184,11 +184,12 @@ def test_int4_shuffled_piece_variants(rng, paired, variant, dtype, symmetric):
     (PYQUANT_INT4_PIECE_PAIRED=1), at M = 1..8 (one token tile), 9..16 (two) and beyond (grid.y),
     with the Hopper GEMM off; configurations 1 / 2 (61, 62) run 17-32 tokens as four token tiles
     in one grid row (MT8 = 4), the others as two grid rows; configuration 1 runs M > 32 in grid
-    rows of 64 tokens (MT8 = 8: 40, 64, a 65th token alone in its row, 130)."""
+    rows of 48 tokens (MT8 = 6: 40, 48, 65, 96, 130) or 64 (MT8 = 8 where 48 would need more rows:
+    49, 64, 100; a 65th token alone in its row at 100)."""
     k, n, bs = _PIECE_SHAPES[variant % len(_PIECE_SHAPES)]
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
     sess = _variant_session(model, variant, PYQUANT_INT4_PIECE_PAIRED=paired)
-    ms = [1, 2, 3, 5, 8, 9, 16, 17, 25, 32, 40, 64, 65, 130]
+    ms = [1, 2, 3, 5, 8, 9, 16, 17, 25, 32, 40, 48, 49, 64, 65, 96, 100, 130]
     _check_int4(sess, rng, ms, k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 
@@ -197,12 +198,13 @@ def test_int4_shuffled_piece_variants(rng, paired, variant, dtype, symmetric):
 @pytest.mark.parametrize("bs", [64, 128])
 def test_int4_shuffled_default_4096_square(rng, dtype, symmetric, bs):
     """4096 x 4096 with no knobs (shuffled by default since session 45: Int4ShuffleByDefault):
-    the piece kernel at M <= 16 (two token tiles), 17-32 (four, PieceMt4Config) and 33-64 (eight,
-    kInt4PieceWideConfig), the Hopper GEMM from M = 65 (the ping-pong 128 / 192 tiles at 96-192)."""
+    the piece kernel at M <= 16 (two token tiles), 17-32 (four, PieceMt4Config) and 33-64 (six
+    to 48, eight above: kInt4PieceWideConfig), the Hopper GEMM from M = 65 (the ping-pong 128 / 192
+    tiles at 96-192)."""
     k = n = 4096
     model, b, scales_t, zp, bias_t = _int4_case(rng, k, n, bs, dtype, symmetric, True)
     sess = _session(model)
-    ms = [1, 3, 8, 16, 17, 24, 32, 33, 48, 64, 65, 96, 160, 256]
+    ms = [1, 3, 8, 16, 17, 24, 32, 33, 48, 49, 64, 65, 96, 160, 256]
     _check_int4(sess, rng, ms, k, n, bs, dtype, b, scales_t, zp, bias_t)
 
 

@@ -39,7 +39,7 @@ constexpr int64_t kInt4Sm90MinM = 49;
 constexpr int64_t kInt4Sm90MinMShuffledWide = 33;
 // Its first M instead on those layers where the piece mma kernel serves through M = 64
 // (Int4ShuffledPieceByDefault: N / 16 <= 2 SMs, i.e. 4096 x 4096), since session 49: the kernel's
-// 64-token instance (kInt4PieceWideConfig) beats the GEMM at M = 33-64 there.
+// 48- / 64-token instances (kInt4PieceWideConfig) beat the GEMM at M = 33-64 there.
 constexpr int64_t kInt4Sm90MinMShuffledSquare = 65;
 // Short rows (K <= kInt4MidRowsMaxK): see Int4Sm90Prepared::mid_rows_rule.
 constexpr int64_t kInt4MidRowsMaxK = 2048;
@@ -368,6 +368,12 @@ constexpr int kInt4ShuffledPieceConfigs = 8;
 // 64 (the register mma kernel, which had these M below the GEMM in gemv_micro: 34.9-35.6). On the larger layers the
 // GEMM (from M = 17 / 33) stays: 14336 x 4096 M = 64 52.9 against ~30, 8192^2 48.5 against ~32
 // (bench/results/2026-11-29-h200-s49-wide-gemvmicro.log).
+// Session 50: M = 33-48 in one grid row of 48 tokens (the kernel's MT8 = 6 instance), 49-64 of 64.
+// Same run, us, the 64-token instance (s49's run above) -> 48 tokens: M = 33 / 40 / 48 13.1 / 13.3
+// / 14.1 -> 12.0 / 12.6 / 13.0, now faster than fp16 (torch 13.9 / 14.0 / 14.2, ORT 14.1 / 14.2 /
+// 14.4); M = 49 / 56 / 64 14.4 / 14.8 / 16.4 (torch 14.2 / 14.2 / 12.3, ORT 14.4 / 14.5 / 11.5);
+// two rows of 48 at M = 65-96 22.3-24.6 against the GEMM's 17.6-17.9
+// (bench/results/2026-11-29-h200-s50-square-bench-cuda.md).
 constexpr bool Int4ShuffledPieceByDefault(int64_t n, int64_t k, int64_t m, int sms) {
   const int64_t tiles = n / 16;
   return (tiles <= 2 * int64_t(sms) && m < kInt4Sm90MinMShuffledSquare && (m > 1 || k > 4096)) ||
@@ -390,7 +396,8 @@ static_assert(Int4ShuffleByDefault(4096, 4096, 132) && !Int4ShuffleByDefault(409
 // The configurations with a four-token-tile (MT8 = 4) instance for 17 <= M <= 32; the others run
 // those M as two grid rows of two token tiles.
 constexpr bool PieceMt4Config(int config) { return config == 1 || config == 2; }
-// The configuration with a 64-token (MT8 = 8) instance, for M > 32 in grid rows of 64 tokens.
+// The configuration with 48- and 64-token (MT8 = 6 / 8) instances, for M > 32 in grid rows of 48
+// or 64 tokens (PieceWideMt8For, matmul_int4_shuffled_piece_impl.cu).
 constexpr int kInt4PieceWideConfig = 1;
 static_assert(PieceMt4Config(Int4ShuffledPieceDefaultConfig(4096, 17, 132)), "the default at M = 17-32");
 static_assert(Int4ShuffledPieceByDefault(4096, 14336, 1, 132) && !Int4ShuffledPieceByDefault(4096, 4096, 1, 132) &&

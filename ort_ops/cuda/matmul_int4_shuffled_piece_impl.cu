@@ -68,6 +68,10 @@ constexpr int kPieceUnitK = 4 * kInt4ShuffleTile;
 // limit, 16 warps would not), and of the 48-token one (session 50): 33-48 tokens in one grid row
 // wasted a quarter of the 64-token instance's MMAs and X loads on padding tokens. Both run the
 // streaming body (token tiles in turn behind one decode) from kPieceStreamMinMt8 token tiles on.
+// H200, ORT's chain, 4096^2: M = 33 / 40 / 48 12.0 / 12.6 / 13.0 us against the 64-token
+// instance's 13.1 / 13.3 / 14.1 (the session before) and its 14.4 at M = 49 in the same run
+// (bench/results/2026-11-29-h200-s50-square-bench-cuda.md). ptxas: 128 registers, 32-40 bytes
+// spilled (the 64-token instance 0-24).
 constexpr int kPieceWideMt8 = 8;
 constexpr int kPieceWide48Mt8 = 6;
 constexpr int kPieceStreamMinMt8 = kPieceWide48Mt8;

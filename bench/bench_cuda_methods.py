@@ -31,9 +31,7 @@ Methods (fp16 activations):
                     the default without it; see
                     ort_ops/cuda/linear_fp8.h) (not in the default list)
   pyquant_int4_<knob>  the Hopper GEMM's scheduler under PYQUANT_INT4_SM90_* (dp, sk, heur, split2/3/4/8,
-                    nondet, sknondet, split2nondet, split4nondet, rm2, rn2, rh: CUTLASS's raster
-                    heuristic at every M, the default before session 50, which rasters along the
-                    channels with swizzle 2 from M = 2048; see
+                    nondet, sknondet, split2nondet, split4nondet, rm2, rn2; see
                     ort_ops/cuda/env_knobs.h) (not in the default list)
   pyquant_int4_<tile>  the Hopper GEMM's tiles under PYQUANT_INT4_SM90_TILE (pyquant/_cuda_knobs.py
                     INT4_SM90_TILES; p128, w192 and p192 also on the shuffled order; coop: the default
@@ -235,7 +233,6 @@ METHOD_ENV = {
     },
     "pyquant_int4_rm2": {"PYQUANT_INT4_SM90_RASTER": "m", "PYQUANT_INT4_SM90_SWIZZLE": "2"},
     "pyquant_int4_rn2": {"PYQUANT_INT4_SM90_RASTER": "n", "PYQUANT_INT4_SM90_SWIZZLE": "2"},
-    "pyquant_int4_rh": {"PYQUANT_INT4_SM90_RASTER": "heuristic"},
     "pyquant_fp8_portable": {"PYQUANT_FP8_SM90_MIN_M": str(1 << 40)},
     "pyquant_fp8wo_portable": {"PYQUANT_FP8_SM90_MIN_M": str(1 << 40)},
     **{f"pyquant_fp8wo_from{m}": {"PYQUANT_FP8_SM90_MIN_M": str(m)} for m in (65, 129, 257, 1025)},

@@ -44,7 +44,7 @@ sm90::Sm90SchedulerTuning ReadSm90SchedulerTuning(const char* prefix, bool* deco
   *decomposition_auto = d == 0;
   t.decomposition = (d >= 1 && d <= 3) ? d : 0;
   t.splits = EnvInt((p + "_SPLITS").c_str(), 0);
-  t.raster = EnvChoice((p + "_RASTER").c_str(), {"auto", "m", "n", "heuristic"}, 0);
+  t.raster = EnvChoice((p + "_RASTER").c_str(), {"auto", "m", "n"}, 0);
   t.swizzle = EnvInt((p + "_SWIZZLE").c_str(), 0);
   t.nondeterministic = EnvChoice((p + "_REDUCE").c_str(), {"det", "nondet"}, 0);
   return t;

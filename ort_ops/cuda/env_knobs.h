@@ -26,8 +26,7 @@ StagedSplitLimits CudaStagedSplitLimits();
 //                     1 / 2 / 3 / 0; "auto" or unset: *decomposition_auto = true, the op decides
 //                     per call and tuning.decomposition stays 0)
 //   <prefix>_SPLITS   split-K factor
-//   <prefix>_RASTER   auto | m | n | heuristic   (Sm90SchedulerTuning::raster 0..3; auto: the op's
-//                     rule where it has one, else CUTLASS's heuristic)
+//   <prefix>_RASTER   auto | m | n
 //   <prefix>_SWIZZLE  1 | 2 | 4 | 8
 //   <prefix>_REDUCE   det | nondet
 sm90::Sm90SchedulerTuning ReadSm90SchedulerTuning(const char* prefix, bool* decomposition_auto);

@@ -241,7 +241,6 @@ SCHEDULER_KNOBS = {
     },
     "rm2": {"PYQUANT_INT4_SM90_RASTER": "m", "PYQUANT_INT4_SM90_SWIZZLE": "2"},
     "rn2": {"PYQUANT_INT4_SM90_RASTER": "n", "PYQUANT_INT4_SM90_SWIZZLE": "2"},
-    "rh": {"PYQUANT_INT4_SM90_RASTER": "heuristic"},
 }
 
 

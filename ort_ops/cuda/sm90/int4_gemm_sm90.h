@@ -57,8 +57,7 @@ struct Int4GemmArgs {
   // "p128", 9 "w192" or 10 "p192" (the other variants do not apply to it).
   const uint8_t* b_shuffled = nullptr;
   // Stream-K scheduler knobs (PYQUANT_INT4_SM90_DECOMP / _SPLITS / _REDUCE / _RASTER / _SWIZZLE);
-  // all-zero: CUTLASS's heuristic, deterministic reduction, and the raster rule of
-  // Int4Gemm::MakeArguments (along channels with swizzle 2 from kInt4RasterAlongChannelsMinM).
+  // all-zero: CUTLASS's heuristic, deterministic reduction.
   Sm90SchedulerTuning sched;
   // The op's default scheduling (no PYQUANT_INT4_SM90_DECOMP): data-parallel where the K loop is
   // short and the output tiles fit one wave (Int4Gemm::MakeArguments, kDataParallelMaxKTiles), else

@@ -67,17 +67,6 @@ CUTE_HOST_DEVICE Int4ShuffledLayout MakeInt4ShuffledLayout(int n, int k) {
 // not the decode's instruction count.)
 enum class Int4WeightFormat { kPacked, kShuffled };
 
-// From this many tokens the tiles are rastered along the channels (M_c) in groups of 2 (swizzle),
-// unless PYQUANT_INT4_SM90_RASTER / _SWIZZLE pin them: consecutive CTAs then share a token tile
-// (the 2x1 cluster's multicast X tile) and walk the weight rows, instead of CUTLASS's heuristic
-// order. H200, ORT's chain, us, heuristic -> along channels (torch fp16), M = 2048 / 4096:
-//   4096^2 109.2 / 218.3 -> 105.5 / 213.3 (104.1 / 208.6); 4096 x 14336 372.0 / 761.3 -> 366.9 /
-//   742.6 (363.5 / 737.1); 14336 x 4096 361.5 / 735.1 -> 353.6 / 716.1 (354.3 / 720.1); 8192^2
-//   419.2 / 839.7 -> 410.9 / 838.5 (414.9 / 819.0) (bench/results/2026-11-29-h200-s50-int4rm2-bench-cuda.md);
-// in the session's first run 4096 x 14336 at 4096 776.8 -> 746.2, 14336 x 4096 724.5 -> 731.6, and
-// at M = 256 within 1 % (…-s50-int4knobs-bench-cuda.md), hence only from 2048.
-constexpr int64_t kInt4RasterAlongChannelsMinM = 2048;
-
 // Schedule: cooperative (default) or ping-pong; what follows from it: cutlass_gemm_common.h. In the
 // ping-pong kernel one warpgroup decodes int4 while the other's wgmmas run.
 template <typename Element, typename TileShape, typename ClusterShape_ = cute::Shape<cute::_1, cute::_1, cute::_1>,
@@ -149,11 +138,12 @@ struct Int4Gemm : GemmRunner<Int4Gemm<Element, TileShape, ClusterShape_, Schedul
     args.epilogue.thread.bias_ptr = static_cast<const Element*>(a.bias);
     // Scheduler (stream-K heuristic, deterministic reduction: the same inputs give bit-identical
     // outputs run to run, unless a.sched asks otherwise): ApplySchedulerTuning.
+    // Measured and not kept (session 50, H200): rastering along the channels in pairs
+    // (PYQUANT_INT4_SM90_RASTER=m, _SWIZZLE=2) from M = 2048. Against CUTLASS's order in three runs
+    // at M = 4096, 4096 x 14336 / 14336 x 4096: -4.0 / +1.0 %, -2.5 / -2.6 %, then, as the default,
+    // +2.4 / +2.2 % (bench/results/2026-11-29-h200-s50-{int4knobs,int4rm2,raster}-bench-cuda.md):
+    // within the run-to-run spread.
     ApplySchedulerTuning<ScheduleTraits<Schedule>>(args.scheduler, a.sched);
-    if (a.sched.raster == 0 && a.m >= kInt4RasterAlongChannelsMinM) {
-      args.scheduler.raster_order = cutlass::gemm::kernel::detail::RasterOrderOptions::AlongM;
-      if (a.sched.swizzle == 0) args.scheduler.max_swizzle_size = 2;
-    }
     if constexpr (!kPingpong) {
       if (a.decomposition_auto && DataParallelPays(a, hw.sm_count)) {
         args.scheduler.decomposition_mode = cutlass::gemm::kernel::detail::DecompositionMode::DataParallel;

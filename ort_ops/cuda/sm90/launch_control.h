@@ -12,11 +12,9 @@ namespace sm90 {
 // deterministic reduction. The ping-pong kernels (persistent data-parallel scheduler) take only
 // raster and swizzle.
 struct Sm90SchedulerTuning {
-  int decomposition = 0;  // 0 heuristic (stream-K where it pays), 1 stream-K, 2 split-K, 3 data-parallel
-  int splits = 0;         // split-K factor (decomposition 2 / heuristic); 0: the scheduler's choice
-  // 0 auto (CUTLASS's heuristic, except where the op has a rule: Int4Gemm::MakeArguments), 1 along
-  // M_c (channels), 2 along N_c (tokens), 3 CUTLASS's heuristic always
-  int raster = 0;
+  int decomposition = 0;     // 0 heuristic (stream-K where it pays), 1 stream-K, 2 split-K, 3 data-parallel
+  int splits = 0;            // split-K factor (decomposition 2 / heuristic); 0: the scheduler's choice
+  int raster = 0;            // 0 heuristic, 1 along M_c (channels), 2 along N_c (tokens)
   int swizzle = 0;           // max_swizzle_size (1, 2, 4, 8); 0: 1
   int nondeterministic = 0;  // 1: unordered stream-K / split-K reduction (not bit-reproducible)
 };

@@ -23,14 +23,15 @@ constexpr int64_t kKc = 256;  // K chunk; a multiple of every INT4 block size
 constexpr int64_t kRowsPerTask = 256;
 
 // acc[rows x kNr] (row stride kNr) += a[rows x kc] (row stride lda) * bt[kc x kNr], any rows >= 0:
-// the kernel walks them in register tiles of its ISA's height. Compiled for several ISAs, picked once
-// at load time from the CPU's features.
-void MicroKernel(const float* a, int64_t lda, int rows, const float* bt, int64_t kc, float* acc);
+// the kernel walks them in register tiles of its ISA's height. add = false: acc = the product (acc
+// is only written, so a task's sums need no zero fill before its first K chunk). Compiled for
+// several ISAs, picked once at load time from the CPU's features.
+void MicroKernel(const float* a, int64_t lda, int rows, const float* bt, int64_t kc, float* acc, bool add);
 
 // Two panels at once: acc0 += a * bt0 and acc1 += a * bt1 (each acc as in MicroKernel). On AVX-512
 // a 8 x 32 register tile; elsewhere two MicroKernel passes.
 void MicroKernel2(const float* a, int64_t lda, int rows, const float* bt0, const float* bt1, int64_t kc, float* acc0,
-                  float* acc1);
+                  float* acc1, bool add);
 
 // Panel decoders (same ISA dispatch). Column j of the panel reads rows[j]; columns beyond the real
 // N point at a zero row and get scale 0, so the decoders need no column bounds.
@@ -115,7 +116,7 @@ void RunGemmTask(const GemmTasks& t, size_t task, const float* a, int64_t m, int
   if (rows <= 0) return;
   thread_local std::vector<float> bt_buf, acc_buf;
   bt_buf.resize(static_cast<size_t>(2 * kKc * kNr));
-  acc_buf.assign(static_cast<size_t>(np * rows * kNr), 0.0f);
+  acc_buf.resize(static_cast<size_t>(np * rows * kNr));  // written whole by the first K chunk
   float* bt = bt_buf.data();
   for (int64_t k0 = 0; k0 < k; k0 += kKc) {
     const int64_t kc = std::min<int64_t>(kKc, k - k0);
@@ -130,9 +131,9 @@ void RunGemmTask(const GemmTasks& t, size_t task, const float* a, int64_t m, int
       float* acc = acc_buf.data() + pi * rows * kNr;
       const float* a_chunk = a + m0 * k + k0;
       if (pair) {
-        MicroKernel2(a_chunk, k, rows, bt, bt + kKc * kNr, kc, acc, acc + rows * kNr);
+        MicroKernel2(a_chunk, k, rows, bt, bt + kKc * kNr, kc, acc, acc + rows * kNr, k0 > 0);
       } else {
-        MicroKernel(a_chunk, k, rows, bt, kc, acc);
+        MicroKernel(a_chunk, k, rows, bt, kc, acc, k0 > 0);
       }
     }
   }

@@ -42,10 +42,11 @@
 // 4 for 17 <= M <= 32 on configurations 1 / 2 (PieceMt4Config: one grid row, so the weights are
 // streamed once; session 45), 6 or 8 for M > 32 on configuration 1 (kInt4PieceWideConfig: grid
 // rows of 48 or 64 tokens, PieceWideMt8For; each decoded unit feeds 24 / 32 MMAs, the MMAs always in
-// the paired grouping; sessions 49-50), else 2. A CTA owns NT n16 tiles x 8 MT8 tokens; its warps split the K / 64 units: warp w takes units w, w + kWarps,
-// ... (the CTA sweeps consecutive units together). Each warp keeps D units of weights, scales and
-// zero points in flight (loaded D units ahead); X (L1-resident: every CTA of an SM reads it) is
-// loaded at use. Partial sums meet in shared memory in warp order.
+// the paired grouping; sessions 49-50), else 2. A CTA owns NT n16 tiles x 8 MT8 tokens; its warps
+// split the K / 64 units: warp w takes units w, w + kWarps, ... (the CTA sweeps consecutive units
+// together). Each warp keeps D units of weights, scales and zero points in flight (loaded D units
+// ahead); X (L1-resident: every CTA of an SM reads it) is loaded at use. Partial sums meet in
+// shared memory in warp order.
 //
 // Preconditions (LaunchMatMulInt4Shuffled): T = __half / __nv_bfloat16, N % 128 == 0, K % 64 ==
 // 0, block_size 64 / 128 / 256, X 16-byte aligned.
@@ -348,8 +349,9 @@ cudaError_t LaunchInt4ShufPiece(int config, bool paired, int sms, const T* x, co
   // units in flight, not four: at four, 128 registers spilled 84-474 bytes, at two 0-64 (ptxas,
   // nvcc 13.0, sm_90a).
   if (g.m > 32 && config == kInt4PieceWideConfig) {  // grid rows of 48 or 64 tokens
-    if (int64_t(g.m + 47) / 48 > 65535) return cudaErrorInvalidValue;
-    return PieceWideMt8For(g.m) == kPieceWide48Mt8
+    const int64_t row_tokens = 8 * PieceWideMt8For(g.m);
+    if ((g.m + row_tokens - 1) / row_tokens > 65535) return cudaErrorInvalidValue;
+    return row_tokens == 8 * kPieceWide48Mt8
                ? LaunchPiece<T, kPieceWide48Mt8, 1, 8, kPieceWideUnits, 3>(paired, x, b, s, zp, bias, y, g, pdl, stream)
                : LaunchPiece<T, kPieceWideMt8, 1, 8, kPieceWideUnits, 3>(paired, x, b, s, zp, bias, y, g, pdl, stream);
   }

@@ -335,7 +335,7 @@ PYQUANT_TARGET_AVX2 PYQUANT_INLINE void DecodeFp8Block8x8(const uint8_t* const* 
 // This one loads 16 bytes (32 codes) of each row, transposes the 16 x 16 bytes in xmm registers so
 // that vector c holds byte c of every row, and widens each byte column into the panel's two rows
 // (low nibbles: code k, high: k + 1), with the same (q - zp) * s arithmetic: bit-identical. The
-// last (kc + 1) / 2 % 16 bytes of a chunk take the portable path. Sapphire-Rapids-class Xeon, one
+// last (kc + 1) / 2 % 16 bytes of a chunk take a scalar loop. Sapphire-Rapids-class Xeon, one
 // thread, MatMulInt4 (session 50, notes s50): 2-4 % faster at M = 1024 with block 128, 6-12 % with
 // block 32, ~10 % at M = 64.
 PYQUANT_TARGET_AVX2 PYQUANT_INLINE void Transpose16x16Bytes(__m128i r[16]) {

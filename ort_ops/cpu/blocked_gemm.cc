@@ -159,9 +159,9 @@ PYQUANT_INLINE void MicroKernelBody(const float* a, int64_t lda, int rows, const
   }
 }
 
-// Each step reads one byte (two codes) from each of the kNr rows and writes two panel rows; the
-// arithmetic runs across the kNr columns, which is the direction the ISA vectorizes (kParts<VT>
-// vectors of the ISA's width, as in the micro-kernels).
+// The portable INT4 decoder (x86 hosts with AVX2 run DecodeInt4Avx2 below). Each step reads one
+// byte (two codes) from each of the kNr rows and writes two panel rows; the arithmetic runs across
+// the kNr columns, in kParts<VT> vectors of the ISA's width, as in the micro-kernels.
 template <typename VT>
 PYQUANT_INLINE void DecodeInt4Body(const uint8_t* const* rows_in, const float* scale, const float* zp,
                                    int64_t block_size, int64_t kc, float* __restrict bt) {
@@ -190,6 +190,7 @@ PYQUANT_INLINE void DecodeInt4Body(const uint8_t* const* rows_in, const float* s
   }
 }
 
+// The portable FP8 decoder (x86 hosts with AVX2 run DecodeFp8Avx2 below): a table load per code.
 template <typename VT>
 PYQUANT_INLINE void DecodeFp8Body(const uint8_t* const* rows_in, const float* table, const float* scale,
                                   int64_t scale_block, int64_t kc, float* __restrict bt) {
@@ -246,7 +247,7 @@ using DecodeInt4Fn = void (*)(const uint8_t* const*, const float*, const float*,
 using DecodeFp8Fn = void (*)(const uint8_t* const*, const float*, const float*, int64_t, int64_t, float*);
 using QuantizeFp8RowFn = float (*)(float*, int64_t, bool, float, float, float);
 
-#define PYQUANT_DEFINE_KERNELS(SUFFIX, ATTR, VT, MAX_R)                                                         \
+#define PYQUANT_DEFINE_MICRO_KERNEL(SUFFIX, ATTR, VT, MAX_R)                                                    \
   ATTR void MicroKernel##SUFFIX(const float* a, int64_t lda, int rows, const float* bt, int64_t kc, float* acc, \
                                 bool add) {                                                                     \
     MicroKernelBody<VT, MAX_R>(a, lda, rows, bt, kc, acc, add);                                                 \
@@ -257,12 +258,6 @@ using QuantizeFp8RowFn = float (*)(float*, int64_t, bool, float, float, float);
     return QuantizeFp8RowBody(row, k, dynamic, inv, s_x, mul);                                              \
   }
 
-#define PYQUANT_DEFINE_FP8_GATHER_DECODER(SUFFIX, ATTR, VT)                                                   \
-  ATTR void DecodeFp8##SUFFIX(const uint8_t* const* rows, const float* table, const float* scale, int64_t sb, \
-                              int64_t kc, float* bt) {                                                        \
-    DecodeFp8Body<VT>(rows, table, scale, sb, kc, bt);                                                        \
-  }
-
 #define PYQUANT_DEFINE_KERNEL2_PAIR(SUFFIX, ATTR, VT, MAX_R)                                                \
   ATTR void MicroKernel2##SUFFIX(const float* a, int64_t lda, int rows, const float* bt0, const float* bt1, \
                                  int64_t kc, float* acc0, float* acc1, bool add) {                          \
@@ -270,17 +265,20 @@ using QuantizeFp8RowFn = float (*)(float*, int64_t, bool, float, float, float);
     MicroKernelBody<VT, MAX_R>(a, lda, rows, bt1, kc, acc1, add);                                           \
   }
 
-PYQUANT_DEFINE_KERNELS(Base, , V4, 4)
+PYQUANT_DEFINE_MICRO_KERNEL(Base, , V4, 4)
 void DecodeInt4Base(const uint8_t* const* rows, const float* scale, const float* zp, int64_t bs, int64_t kc,
                     float* bt) {
   DecodeInt4Body<V4>(rows, scale, zp, bs, kc, bt);
 }
-PYQUANT_DEFINE_FP8_GATHER_DECODER(Base, , V4)
+void DecodeFp8Base(const uint8_t* const* rows, const float* table, const float* scale, int64_t sb, int64_t kc,
+                   float* bt) {
+  DecodeFp8Body<V4>(rows, table, scale, sb, kc, bt);
+}
 PYQUANT_DEFINE_FP8_QUANTIZER(Base, )
 PYQUANT_DEFINE_KERNEL2_PAIR(Base, , V4, 4)
 #ifdef PYQUANT_X86_DISPATCH
-PYQUANT_DEFINE_KERNELS(Avx2, PYQUANT_TARGET_AVX2, V8, 6)
-PYQUANT_DEFINE_KERNELS(Avx512, PYQUANT_TARGET_AVX512, V16, 8)
+PYQUANT_DEFINE_MICRO_KERNEL(Avx2, PYQUANT_TARGET_AVX2, V8, 6)
+PYQUANT_DEFINE_MICRO_KERNEL(Avx512, PYQUANT_TARGET_AVX512, V16, 8)
 PYQUANT_DEFINE_FP8_QUANTIZER(Avx2, PYQUANT_TARGET_AVX2)
 PYQUANT_DEFINE_FP8_QUANTIZER(Avx512, PYQUANT_TARGET_AVX512)
 PYQUANT_DEFINE_KERNEL2_PAIR(Avx2, PYQUANT_TARGET_AVX2, V8, 6)  // 16 ymm: two single-panel passes

@@ -363,6 +363,7 @@ PYQUANT_TARGET_AVX2 PYQUANT_INLINE void Transpose16x16Bytes(__m128i r[16]) {
 PYQUANT_TARGET_AVX2 void DecodeInt4Avx2(const uint8_t* const* rows, const float* scale, const float* zp,
                                         int64_t block_size, int64_t kc, float* __restrict bt) {
   const int64_t bytes = (kc + 1) / 2;
+  const int bs_log2 = __builtin_ctzll(static_cast<unsigned long long>(block_size));  // a power of two
   const __m256i low = _mm256_set1_epi32(0xF);
   int64_t i = 0;
   for (; i + 16 <= bytes; i += 16) {
@@ -371,7 +372,7 @@ PYQUANT_TARGET_AVX2 void DecodeInt4Avx2(const uint8_t* const* rows, const float*
     Transpose16x16Bytes(col);
     for (int cb = 0; cb < 16; ++cb) {
       const int64_t k = 2 * (i + cb);
-      const int64_t blk = k / block_size;
+      const int64_t blk = k >> bs_log2;
       const __m256 s0 = _mm256_loadu_ps(scale + blk * kNr), s1 = _mm256_loadu_ps(scale + blk * kNr + 8);
       const __m256 z0 = _mm256_loadu_ps(zp + blk * kNr), z1 = _mm256_loadu_ps(zp + blk * kNr + 8);
       const __m256i by0 = _mm256_cvtepu8_epi32(col[cb]);                     // rows 0-7
@@ -386,7 +387,7 @@ PYQUANT_TARGET_AVX2 void DecodeInt4Avx2(const uint8_t* const* rows, const float*
   }
   for (; i < bytes; ++i) {  // the chunk's last bytes
     const int64_t k = 2 * i;
-    const int64_t blk = k / block_size;
+    const int64_t blk = k >> bs_log2;
     for (int j = 0; j < kNr; ++j) {
       const int by = rows[j][i];
       const float s = scale[blk * kNr + j], z = zp[blk * kNr + j];
